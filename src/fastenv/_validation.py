@@ -1,0 +1,66 @@
+"""Argument and action checks that raise ValueError/TypeError saying what was expected and what came."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int if it is an integer >= 1, else raise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= 1, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value}")
+    return int(value)
+
+
+def check_discount(name: str, value: Any) -> float:
+    """Return ``value`` as a float in (0, 1], else raise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a float in (0, 1], got {value!r} ({type(value).__name__})")
+    if not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value}")
+    return float(value)
+
+
+def check_box_action(action: Any, space: spaces.Box, what: str = "action") -> np.ndarray:
+    """Return ``action`` as an array of ``space``'s shape; raise ValueError on wrong shape, dtype or NaN."""
+    array = np.asarray(action)
+    if array.dtype.kind not in "fiu":
+        raise ValueError(
+            f"{what} must be a real-valued array (float or int), got dtype {array.dtype}"
+        )
+    if array.shape != space.shape:
+        raise ValueError(f"{what} must have shape {space.shape}, got shape {array.shape}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        bad = np.argwhere(~np.isfinite(array))[0].tolist()
+        raise ValueError(f"{what} must be finite, got {array[tuple(bad)]} at index {tuple(bad)}")
+    return array
+
+
+def check_action(action: Any, space: spaces.Space, what: str = "action") -> Any:
+    """Check ``action`` against ``space``; Box actions are returned as arrays."""
+    if isinstance(space, spaces.Box):
+        return check_box_action(action, space, what)
+    if isinstance(space, spaces.Discrete):
+        array = np.asarray(action)
+        if array.shape != () or array.dtype.kind not in "iu":
+            raise ValueError(f"{what} must be a scalar integer for {space}, got {action!r}")
+        if not space.contains(array.astype(space.dtype)):
+            raise ValueError(f"{what} must be in [{space.start}, {space.start + space.n}), got {action!r}")
+        return action
+    if isinstance(space, spaces.MultiDiscrete):
+        array = np.asarray(action)
+        if array.shape != space.shape or array.dtype.kind not in "iu":
+            raise ValueError(
+                f"{what} must be an integer array of shape {space.shape}, got {array.dtype} {array.shape}"
+            )
+        if not space.contains(array.astype(space.dtype)):
+            raise ValueError(f"{what} {array.tolist()} is outside {space}")
+        return array
+    if not space.contains(action):
+        raise ValueError(f"{what} {action!r} is not an element of {space}")
+    return action

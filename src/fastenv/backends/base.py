@@ -1,0 +1,189 @@
+"""The protocol a simulator adapter implements, and the generic adapter for any Gymnasium env."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+ObsType = Any
+Info = dict[str, Any]
+
+
+@runtime_checkable
+class SimulatorAdapter(Protocol):
+    """What fastenv needs from a simulator.
+
+    An adapter is built headless and produces only the observation keys it was asked for
+    (``select_keys``). ``substep`` runs one action through the controller, physics, reward and
+    termination without producing an observation; ``observe`` produces one on demand; ``step`` is
+    the simulator's own step, observation included. Spaces are those of one env.
+
+    ``shared_physics`` is True when the adapter's envs live in one physics world that advances as
+    a whole (ManiSkill on GPU, OmniGibson); ``physics_dt`` and ``set_physics_dt`` expose that
+    world's step so a vector env can rescale it.
+    """
+
+    action_space: spaces.Space
+    observation_space: spaces.Space
+    render_mode: str | None
+    shared_physics: bool
+
+    def available_keys(self) -> tuple[str, ...]:
+        """Every observation key this simulator can produce (built or not)."""
+        ...
+
+    def select_keys(self, keys: Sequence[str] | None) -> None:
+        """Produce only ``keys`` from now on (None: the simulator's default set)."""
+        ...
+
+    def make_headless(self, render_mode: str | None) -> None:
+        """Close any on-screen viewer; keep only ``render_mode`` (None or "rgb_array")."""
+        ...
+
+    def reset(
+        self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator
+    ) -> tuple[ObsType, Info]:
+        """Start an episode; ``rng`` is the env's generator for choices such as the init state."""
+        ...
+
+    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
+        """Advance one action without producing an observation: (reward, terminated, truncated, info)."""
+        ...
+
+    def observe(self) -> ObsType:
+        """Produce the observation of the current state."""
+        ...
+
+    def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
+        """The simulator's own step, observation included."""
+        ...
+
+    def render(self) -> np.ndarray | None:
+        """An RGB frame when ``render_mode == "rgb_array"``, else None."""
+        ...
+
+    def close(self) -> None:
+        """Release the simulator; calling it twice is allowed."""
+        ...
+
+
+def select_dict_keys(space: spaces.Space, keys: Sequence[str], available: Sequence[str]) -> spaces.Dict:
+    """The sub-space of a Dict space with ``keys``; unknown keys raise ValueError listing the rest."""
+    if not isinstance(space, spaces.Dict):
+        raise ValueError(
+            f"modality selection needs a Dict observation space, got {type(space).__name__}: {space}"
+        )
+    check_known_keys(keys, available)
+    return spaces.Dict({key: space[key] for key in keys})
+
+
+def check_known_keys(keys: Sequence[str], available: Sequence[str]) -> list[str]:
+    """Return ``keys`` as a list without duplicates, or raise ValueError naming the unknown ones."""
+    if isinstance(keys, str):
+        raise TypeError(f"modalities must be a sequence of keys, got the string {keys!r}")
+    keys = list(dict.fromkeys(keys))
+    if not keys:
+        raise ValueError("modalities must name at least one observation key, got an empty list")
+    unknown = [key for key in keys if key not in available]
+    if unknown:
+        raise ValueError(f"unknown observation key(s) {unknown}; available keys: {sorted(available)}")
+    return keys
+
+
+class GymAdapter:
+    """Adapter for any Gymnasium env: same semantics, no speed-up.
+
+    ``substep`` steps the env normally and keeps its observation aside, so the wrappers work on
+    every env; keys are selected by filtering a Dict observation, not at the source.
+    """
+
+    shared_physics = False
+
+    def __init__(self, env: gym.Env) -> None:
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"GymAdapter wraps a gymnasium.Env, got {type(env).__name__}")
+        self.env = env
+        self.action_space = env.action_space
+        self._full_space = env.observation_space
+        self.observation_space = env.observation_space
+        self.render_mode = env.render_mode
+        self._keys: list[str] | None = None
+        self._last_obs: ObsType = None
+
+    def available_keys(self) -> tuple[str, ...]:
+        if isinstance(self._full_space, spaces.Dict):
+            return tuple(self._full_space.keys())
+        return ()
+
+    def select_keys(self, keys: Sequence[str] | None) -> None:
+        if keys is None:
+            self._keys, self.observation_space = None, self._full_space
+            return
+        self.observation_space = select_dict_keys(self._full_space, keys, self.available_keys())
+        self._keys = list(self.observation_space.keys())
+
+    def make_headless(self, render_mode: str | None) -> None:
+        base = self.env.unwrapped
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"a headless env renders to None or 'rgb_array', got {render_mode!r}")
+        if render_mode is not None and render_mode not in base.metadata.get("render_modes", []):
+            raise ValueError(
+                f"{type(base).__name__} cannot render {render_mode!r}; "
+                f"its render modes are {base.metadata.get('render_modes', [])}"
+            )
+        if base.render_mode == "human":
+            _close_viewer(base)
+        if base.render_mode != render_mode:
+            # Gymnasium envs decide at every step whether to draw from their public render_mode.
+            base.render_mode = render_mode
+        self.render_mode = render_mode
+
+    def _filter(self, obs: ObsType) -> ObsType:
+        if self._keys is None:
+            return obs
+        return {key: obs[key] for key in self._keys}
+
+    def reset(
+        self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator
+    ) -> tuple[ObsType, Info]:
+        obs, info = self.env.reset(seed=seed, options=None if options is None else dict(options))
+        self._last_obs = obs
+        return self._filter(obs), info
+
+    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._last_obs = obs
+        return reward, terminated, truncated, info
+
+    def observe(self) -> ObsType:
+        if self._last_obs is None:
+            raise RuntimeError("observe() called before reset()")
+        return self._filter(self._last_obs)
+
+    def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._last_obs = obs
+        return self._filter(obs), reward, terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _close_viewer(base: gym.Env) -> None:
+    """Close an on-screen viewer that a Gymnasium env already opened."""
+    for name in ("mujoco_renderer", "viewer"):
+        viewer = getattr(base, name, None)
+        if viewer is not None and callable(getattr(viewer, "close", None)):
+            viewer.close()
+    if getattr(base, "screen", None) is not None:  # pygame-drawn envs (classic control, box2d)
+        import pygame
+
+        pygame.display.quit()
+        base.screen = None

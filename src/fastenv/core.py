@@ -1,0 +1,131 @@
+"""SimEnv: a Gymnasium env over a simulator adapter, with the sub-step and observe-on-demand API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+from fastenv._validation import check_action, check_positive_int
+from fastenv.backends.base import GymAdapter, Info, ObsType, SimulatorAdapter
+
+
+class SimEnv(gym.Env):
+    """A Gymnasium env over a :class:`SimulatorAdapter`.
+
+    Beyond ``reset``/``step`` it offers ``substep`` (advance one action, no observation) and
+    ``observe`` (the observation now), which the fastenv wrappers use to skip observations.
+    ``max_episode_steps`` counts simulator steps, sub-steps included, and truncates.
+
+    Example:
+        >>> env = SimEnv(GymAdapter(gym.make("CartPole-v1")))
+    """
+
+    def __init__(self, adapter: SimulatorAdapter, *, max_episode_steps: int | None = None) -> None:
+        if not isinstance(adapter, SimulatorAdapter):
+            raise TypeError(f"SimEnv needs a SimulatorAdapter, got {type(adapter).__name__}")
+        self.adapter = adapter
+        self.max_episode_steps = (
+            None if max_episode_steps is None else check_positive_int("max_episode_steps", max_episode_steps)
+        )
+        self.action_space = adapter.action_space
+        self.observation_space = adapter.observation_space
+        self.render_mode = adapter.render_mode
+        base_metadata = getattr(getattr(adapter, "env", None), "metadata", {})
+        self.metadata = {
+            "render_modes": ["rgb_array"],
+            "render_fps": base_metadata.get("render_fps", getattr(adapter, "render_fps", 20)),
+        }
+        self.elapsed_steps = 0
+        self._pending_obs: ObsType = None
+        self._closed = False
+
+    # -- fastenv capabilities -------------------------------------------------------------------
+    def available_modalities(self) -> tuple[str, ...]:
+        """Observation keys the simulator can produce."""
+        return self.adapter.available_keys()
+
+    def select_modalities(self, keys: Sequence[str] | None) -> None:
+        """Produce only ``keys`` (at the source when the backend can); updates observation_space."""
+        self.adapter.select_keys(keys)
+        self.observation_space = self.adapter.observation_space
+
+    def make_headless(self, render_mode: str | None = None) -> None:
+        """Close any viewer and keep only ``render_mode`` (None or "rgb_array")."""
+        self.adapter.make_headless(render_mode)
+        self.render_mode = self.adapter.render_mode
+
+    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
+        """Advance one action without an observation: (reward, terminated, truncated, info)."""
+        action = check_action(action, self.action_space)
+        self._pending_obs = None
+        self.elapsed_steps += 1
+        if self._truncates_now():
+            # The episode ends on this step whatever happens: take the simulator's own step so the
+            # final observation, used to bootstrap the truncated return, is exactly the stock one.
+            obs, reward, terminated, truncated, info = self.adapter.step(action)
+            self._pending_obs = obs
+            return float(reward), bool(terminated), True, info
+        reward, terminated, truncated, info = self.adapter.substep(action)
+        return float(reward), bool(terminated), bool(truncated), info
+
+    def observe(self) -> ObsType:
+        """The observation of the current state (the stock one when the last sub-step truncated)."""
+        if self._pending_obs is not None:
+            obs, self._pending_obs = self._pending_obs, None
+            return obs
+        return self.adapter.observe()
+
+    # -- Gymnasium API --------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
+    ) -> tuple[ObsType, Info]:
+        super().reset(seed=seed)
+        self._pending_obs = None
+        obs, info = self.adapter.reset(seed=seed, options=options, rng=self.np_random)
+        self.elapsed_steps = 0
+        return obs, info
+
+    def step(self, action: Any) -> tuple[ObsType, SupportsFloat, bool, bool, Info]:
+        action = check_action(action, self.action_space)
+        self._pending_obs = None
+        obs, reward, terminated, truncated, info = self.adapter.step(action)
+        self.elapsed_steps += 1
+        return obs, float(reward), bool(terminated), bool(truncated) or self._truncates_now(), info
+
+    def _truncates_now(self) -> bool:
+        return self.max_episode_steps is not None and self.elapsed_steps >= self.max_episode_steps
+
+    def render(self) -> np.ndarray | None:
+        return self.adapter.render()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.adapter.close()
+
+    def __repr__(self) -> str:
+        return f"<SimEnv {type(self.adapter).__name__}>"
+
+
+def as_sim_env(env: Any) -> SimEnv:
+    """Return ``env`` as a :class:`SimEnv`, choosing the simulator's adapter when one exists.
+
+    Example:
+        >>> env = as_sim_env(gym.make("CartPole-v1"))
+    """
+    if isinstance(env, SimEnv):
+        return env
+    module = type(env).__module__
+    if module.startswith("libero."):
+        from fastenv.backends.libero import LiberoAdapter
+
+        adapter = LiberoAdapter.from_env(env)
+        return SimEnv(adapter, max_episode_steps=adapter.default_max_episode_steps)
+    if isinstance(env, gym.Env):
+        return SimEnv(GymAdapter(env))
+    raise TypeError(
+        f"fastenv wraps a gymnasium.Env or a LIBERO env, got {type(env).__module__}.{type(env).__name__}"
+    )

@@ -1,0 +1,9 @@
+"""Single-env wrappers: headless rendering, modality pruning, action chunks."""
+
+from fastenv.wrappers.action import ActionChunk, chunk_space
+from fastenv.wrappers.base import FastenvWrapper
+from fastenv.wrappers.observation import PruneModalities
+from fastenv.wrappers.rendering import HeadlessRender
+from fastenv.wrappers.stack import wrap
+
+__all__ = ["ActionChunk", "FastenvWrapper", "HeadlessRender", "PruneModalities", "chunk_space", "wrap"]

@@ -1,0 +1,53 @@
+"""wrap(): the canonical fastenv stack, in one fixed order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from fastenv.core import as_sim_env
+from fastenv.wrappers.action import ActionChunk
+from fastenv.wrappers.observation import PruneModalities
+from fastenv.wrappers.rendering import HeadlessRender
+
+
+def wrap(
+    env: Any,
+    *,
+    chunk: int | None = None,
+    modalities: Sequence[str] | None = None,
+    headless: bool = True,
+    render_mode: str | None = None,
+    gamma: float | None = None,
+) -> gym.Env:
+    """Apply fastenv's stack to an env you already have.
+
+    The order is fixed: simulator adapter -> HeadlessRender -> PruneModalities -> ActionChunk.
+    Headless comes first so no viewer is ever drawn; pruning comes before chunking so the chunked
+    env's observation space is the pruned one.
+
+    Args:
+        env: a Gymnasium env, or a LIBERO env (``OffScreenRenderEnv``).
+        chunk: sub-actions per action; None leaves the action space as it is.
+        modalities: observation keys to keep; None keeps them all.
+        headless: close viewers and render only to arrays.
+        render_mode: with ``headless``, None or "rgb_array".
+        gamma: discount inside a chunk (None sums rewards).
+
+    Example:
+        >>> env = fastenv.wrap(gym.make("CartPole-v1"), chunk=4)
+    """
+    env = as_sim_env(env)
+    if headless:
+        env = HeadlessRender(env, render_mode=render_mode)
+    elif render_mode is not None:
+        raise ValueError("render_mode is only set by wrap() with headless=True")
+    if modalities is not None:
+        env = PruneModalities(env, modalities)
+    if chunk is not None:
+        env = ActionChunk(env, chunk=chunk, gamma=gamma)
+    elif gamma is not None:
+        raise ValueError("gamma discounts rewards inside a chunk; pass chunk= as well")
+    return env
