@@ -138,7 +138,9 @@ class LiberoAdapter:
         camera_size: image side in pixels, or (height, width).
         render_mode: None or "rgb_array" (frames of ``render_camera``).
         init_state_id: always start from this init state; None draws one with the env's seed.
-        hard_reset: reload the MuJoCo model on every reset, as robosuite does by default.
+        hard_reset: reload the MuJoCo model on every reset, as robosuite does by default. False
+            resets in ~0.1 s instead of ~1.7 s; trajectories then agree with hard resets to rounding
+            (about 1e-16), not bit for bit.
 
     Example:
         >>> adapter = LiberoAdapter(LiberoTask.load("libero_10", 0), keys=["robot0_proprio-state"])

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up fastenv on a fresh Debian/Ubuntu machine: the EGL libraries MuJoCo renders with, a virtual
+# environment in .venv, and fastenv with the extras named in $1 (default: libero,test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-libero,test}"
+apt_packages="libegl1 libegl-mesa0 libgl1 libosmesa6"
+
+if ! dpkg -s $apt_packages >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing EGL libraries: $apt_packages"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $apt_packages >/dev/null
+  else
+    echo "MuJoCo needs EGL libraries that are not installed. Run, as root:" >&2
+    echo "  sudo apt-get install -y $apt_packages" >&2
+    exit 1
+  fi
+fi
+
+python="${PYTHON:-python3}"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+  echo "fastenv needs Python >= 3.10; $python is $("$python" --version 2>&1)" >&2
+  exit 1
+}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+case ",$extras," in
+  # torch==2.13.0 is the CPU wheel; an unpinned torch would pull several GB of CUDA packages.
+  *,torch,*|*,bench,*|*,sb3,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
+esac
+.venv/bin/python -m pip install -q -e ".[$extras]"
+echo "fastenv installed in .venv with extras [$extras]"

@@ -1,0 +1,80 @@
+"""Shared fixtures: real LIBERO envs with small cameras, built once per session."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+SMALL = 64  # camera side for tests: small, but every render still goes through MuJoCo + EGL
+
+
+def _libero_missing_reason() -> str | None:
+    if importlib.util.find_spec("libero") is None:
+        return 'LIBERO is not installed (pip install "fastenv[libero]")'
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _libero_missing_reason()
+    if reason is None:
+        return
+    for item in items:
+        if "libero" in item.keywords:
+            if os.environ.get("CI"):
+                # In CI the real simulator is the main evidence: never let it skip silently.
+                item.add_marker(pytest.mark.xfail(reason=f"CI without LIBERO: {reason}", strict=True, run=False))
+            else:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def libero_task():
+    from fastenv.backends.libero import LiberoTask
+
+    return LiberoTask.load("libero_10", 0)
+
+
+@pytest.fixture(scope="session")
+def stock_env(libero_task):
+    """LIBERO's own OffScreenRenderEnv (two cameras, observation every step), the reference."""
+    from fastenv.backends.libero import _libero
+
+    _libero()
+    from libero.libero.envs import OffScreenRenderEnv
+
+    env = OffScreenRenderEnv(bddl_file_name=libero_task.bddl_file, camera_heights=SMALL, camera_widths=SMALL)
+    yield env
+    env.close()
+
+
+def stock_reset(stock_env, libero_task, init_state_id: int):
+    stock_env.reset()
+    return stock_env.set_init_state(libero_task.init_states[init_state_id])
+
+
+@pytest.fixture(scope="session")
+def libero_stock_keys_env():
+    """fastenv LIBERO env with the stock observation set and chunk=1."""
+    from fastenv.backends.libero import make_env
+
+    env = make_env("libero_10", 0, chunk=1, modalities=None, camera_size=SMALL)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="session")
+def libero_slim_env():
+    """fastenv LIBERO env in its fast configuration (one camera + proprio), chunk 8."""
+    from fastenv.backends.libero import make_env
+
+    env = make_env("libero_10", 0, chunk=8, camera_size=SMALL)
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def actions():
+    return np.random.default_rng(7).uniform(-1, 1, (40, 7)).astype(np.float32)

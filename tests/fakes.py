@@ -1,0 +1,135 @@
+"""Tiny injectable fakes for pure-logic tests (the real simulator tests use LIBERO)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class FakeViewer:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class CountingEnv(gym.Env):
+    """Dict observation {"pos", "vel", "image"}; reward = step index; counts how often it observes.
+
+    Terminates at ``terminate_at`` and truncates at ``truncate_at`` (steps since reset).
+    """
+
+    metadata = {"render_modes": ["human", "rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self, terminate_at: int | None = None, truncate_at: int | None = None, render_mode: str | None = None
+    ) -> None:
+        self.observation_space = spaces.Dict(
+            {
+                "pos": spaces.Box(-np.inf, np.inf, (2,), np.float64),
+                "vel": spaces.Box(-np.inf, np.inf, (2,), np.float64),
+                "image": spaces.Box(0, 255, (4, 4, 3), np.uint8),
+            }
+        )
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.terminate_at, self.truncate_at = terminate_at, truncate_at
+        self.render_mode = render_mode
+        self.viewer = FakeViewer() if render_mode == "human" else None
+        self.t = 0
+        self.pos = np.zeros(2)
+        self.observations_made = 0
+        self.actions: list[np.ndarray] = []
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        self.observations_made += 1
+        image = np.full((4, 4, 3), self.t % 256, np.uint8)
+        return {"pos": self.pos.copy(), "vel": np.full(2, float(self.t)), "image": image}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.pos = self.np_random.uniform(-1, 1, 2)
+        return self._obs(), {"reset": True}
+
+    def step(self, action: Any):
+        self.actions.append(np.asarray(action).copy())
+        self.t += 1
+        self.pos = self.pos + np.asarray(action, dtype=np.float64)
+        terminated = self.terminate_at is not None and self.t >= self.terminate_at
+        truncated = self.truncate_at is not None and self.t >= self.truncate_at
+        return self._obs(), float(self.t), terminated, truncated, {"t": self.t}
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return np.zeros((8, 8, 3), np.uint8)
+        return None
+
+
+class FakeAdapter:
+    """A SimulatorAdapter with a counter state; records which calls produced an observation."""
+
+    shared_physics = False
+
+    def __init__(self, terminate_at: int | None = None, truncate_at: int | None = None) -> None:
+        self.action_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self._full = spaces.Dict(
+            {"state": spaces.Box(-np.inf, np.inf, (1,), np.float64), "rgb": spaces.Box(0, 255, (2, 2, 3), np.uint8)}
+        )
+        self.observation_space = self._full
+        self.keys = ("state", "rgb")
+        self.render_mode = None
+        self.terminate_at, self.truncate_at = terminate_at, truncate_at
+        self.t = 0
+        self.calls: list[str] = []
+        self.headless_calls: list[Any] = []
+
+    def available_keys(self) -> tuple[str, ...]:
+        return ("state", "rgb")
+
+    def select_keys(self, keys):
+        from fastenv.backends.base import check_known_keys
+
+        self.keys = tuple(check_known_keys(keys, self.available_keys())) if keys else ("state", "rgb")
+        self.observation_space = spaces.Dict({k: self._full[k] for k in self.keys})
+
+    def make_headless(self, render_mode):
+        self.headless_calls.append(render_mode)
+        self.render_mode = render_mode
+
+    def _obs(self):
+        full = {"state": np.array([float(self.t)]), "rgb": np.full((2, 2, 3), self.t, np.uint8)}
+        return {k: full[k] for k in self.keys}
+
+    def reset(self, *, seed, options, rng):
+        self.t = 0
+        self.calls.append("reset")
+        return self._obs(), {}
+
+    def _advance(self):
+        self.t += 1
+        terminated = self.terminate_at is not None and self.t >= self.terminate_at
+        truncated = self.truncate_at is not None and self.t >= self.truncate_at
+        return float(self.t), terminated, truncated, {"t": self.t}
+
+    def substep(self, action):
+        self.calls.append("substep")
+        return self._advance()
+
+    def observe(self):
+        self.calls.append("observe")
+        return self._obs()
+
+    def step(self, action):
+        self.calls.append("step")
+        reward, terminated, truncated, info = self._advance()
+        return self._obs(), reward, terminated, truncated, info
+
+    def render(self):
+        return None
+
+    def close(self):
+        self.calls.append("close")

@@ -1,0 +1,156 @@
+"""ActionChunk logic on a fake adapter and a fake Gymnasium env."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from fakes import CountingEnv, FakeAdapter
+from gymnasium import spaces
+
+import fastenv
+from fastenv import ActionChunk, SimEnv
+
+
+def chunked(chunk, gamma=None, **fake):
+    adapter = FakeAdapter(**fake)
+    env = ActionChunk(SimEnv(adapter), chunk=chunk, gamma=gamma)
+    env.reset(seed=0)
+    adapter.calls.clear()
+    return env, adapter
+
+
+def test_action_space_is_chunk_by_action_dim():
+    env, _ = chunked(5)
+    assert env.action_space == spaces.Box(-1.0, 1.0, (5, 3), np.float32)
+
+
+def test_observes_once_per_chunk_and_sums_rewards():
+    env, adapter = chunked(4)
+    obs, reward, terminated, truncated, info = env.step(np.zeros((4, 3)))
+    assert adapter.calls == ["substep", "substep", "substep", "step"]
+    assert reward == 1 + 2 + 3 + 4
+    assert info["chunk_steps"] == 4
+    np.testing.assert_array_equal(info["chunk_rewards"], [1, 2, 3, 4])
+    assert obs["state"][0] == 4
+    assert not terminated and not truncated
+    assert "chunk_discount" not in info
+
+
+def test_gamma_discounts_inside_the_chunk():
+    env, _ = chunked(3, gamma=0.5)
+    _, reward, _, _, info = env.step(np.zeros((3, 3)))
+    assert reward == pytest.approx(1 + 0.5 * 2 + 0.25 * 3)
+    assert info["chunk_discount"] == pytest.approx(0.125)
+
+
+def test_termination_stops_the_chunk():
+    env, adapter = chunked(8, gamma=0.9, terminate_at=3)
+    obs, reward, terminated, truncated, info = env.step(np.zeros((8, 3)))
+    assert adapter.calls == ["substep", "substep", "substep", "observe"]
+    assert terminated and not truncated
+    assert info["chunk_steps"] == 3
+    np.testing.assert_array_equal(info["chunk_rewards"], [1, 2, 3, 0, 0, 0, 0, 0])
+    assert info["chunk_discount"] == pytest.approx(0.9**3)
+    assert obs["state"][0] == 3
+
+
+def test_max_episode_steps_truncation_inside_chunk_uses_the_simulators_step():
+    adapter = FakeAdapter()
+    env = ActionChunk(SimEnv(adapter, max_episode_steps=6), chunk=4)
+    env.reset()
+    env.step(np.zeros((4, 3)))
+    adapter.calls.clear()
+    obs, reward, terminated, truncated, info = env.step(np.zeros((4, 3)))
+    # The 6th step ends the episode, so it is the simulator's own step (stock final observation).
+    assert adapter.calls == ["substep", "step"]
+    assert truncated and not terminated
+    assert info["chunk_steps"] == 2
+    assert obs["state"][0] == 6
+
+
+def test_chunk_one_reproduces_the_raw_env():
+    raw = CountingEnv(terminate_at=7)
+    ref = CountingEnv(terminate_at=7)
+    env = ActionChunk(raw, chunk=1)
+    obs, _ = env.reset(seed=3)
+    ref_obs, _ = ref.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(7):
+        action = rng.uniform(-1, 1, 2).astype(np.float32)
+        obs, reward, terminated, truncated, _ = env.step(action[None])
+        ref_obs, ref_reward, ref_terminated, ref_truncated, _ = ref.step(action)
+        for key in ref_obs:
+            np.testing.assert_array_equal(obs[key], ref_obs[key])
+        assert (reward, terminated, truncated) == (ref_reward, ref_terminated, ref_truncated)
+    assert terminated
+
+
+def test_generic_env_runs_every_step_and_keeps_the_last_observation():
+    raw = CountingEnv()
+    env = fastenv.wrap(raw, chunk=5)
+    env.reset(seed=0)
+    actions = np.arange(10, dtype=np.float32).reshape(5, 2) / 10
+    obs, reward, *_ = env.step(actions)
+    assert len(raw.actions) == 5
+    np.testing.assert_allclose(np.stack(raw.actions), actions)
+    assert obs["vel"][0] == 5 and reward == 15
+
+
+def test_discrete_actions_chunk_to_multidiscrete():
+    env = ActionChunk(gym.make("CartPole-v1"), chunk=3)
+    assert env.action_space == spaces.MultiDiscrete([2, 2, 2])
+    env.reset(seed=0)
+    _, reward, *_ = env.step(np.array([0, 1, 0]))
+    assert reward == 3.0
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.zeros((4, 2)), r"shape \(8, 3\), got shape \(4, 2\)"),
+        (np.zeros(3), r"shape \(8, 3\), got shape \(3,\)"),
+        (np.full((8, 3), np.nan), "must be finite"),
+        (np.full((8, 3), "a"), "real-valued array"),
+        (np.zeros((8, 3), complex), "real-valued array"),
+    ],
+)
+def test_bad_chunks_raise_before_anything_runs(bad, match):
+    env, adapter = chunked(8)
+    with pytest.raises(ValueError, match=match):
+        env.step(bad)
+    assert adapter.calls == []
+    env.step(np.zeros((8, 3)))  # still usable
+    assert adapter.calls[-1] == "step"
+
+
+def test_nan_in_one_sub_action_is_reported_with_its_index():
+    env, adapter = chunked(4)
+    bad = np.zeros((4, 3))
+    bad[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"index \(2, 1\)"):
+        env.step(bad)
+    assert adapter.calls == []
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 2.5, True, "8"])
+def test_bad_chunk_sizes(chunk):
+    with pytest.raises((ValueError, TypeError), match="chunk must be an integer >= 1"):
+        ActionChunk(SimEnv(FakeAdapter()), chunk=chunk)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.5, -0.1])
+def test_bad_gamma(gamma):
+    with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
+        ActionChunk(SimEnv(FakeAdapter()), chunk=2, gamma=gamma)
+
+
+def test_wrap_refuses_gamma_without_chunk():
+    with pytest.raises(ValueError, match="pass chunk="):
+        fastenv.wrap(CountingEnv(), gamma=0.9)
+
+
+def test_foreign_wrapper_is_never_bypassed():
+    # TimeLimit must see every sub-step: fastenv steps through it, never around it.
+    env = fastenv.wrap(gym.wrappers.TimeLimit(CountingEnv(), max_episode_steps=3), chunk=5)
+    env.reset(seed=0)
+    _, _, terminated, truncated, info = env.step(np.zeros((5, 2)))
+    assert truncated and not terminated and info["chunk_steps"] == 3

@@ -1,0 +1,36 @@
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+from gymnasium.error import DependencyNotInstalled
+
+import fastenv
+
+
+def test_import_is_light():
+    code = (
+        "import sys, fastenv; heavy = [m for m in sys.modules "
+        "if m.split('.')[0] in ('libero', 'robosuite', 'mujoco', 'torch', 'mani_skill', 'omnigibson', 'ray', 'numba')]; "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_env_ids_registered():
+    assert "fastenv/Libero-v0" in gym.registry
+    assert gym.registry["fastenv/Libero-v0"].entry_point == "fastenv.backends.libero:make_env"
+
+
+def test_missing_simulator_names_the_extra(monkeypatch):
+    from fastenv.backends import libero
+
+    for name in ("libero", "libero.libero"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(DependencyNotInstalled, match=r'pip install "fastenv\[libero\]"'):
+        libero.LiberoTask.load("libero_10", 0)
+
+
+def test_version():
+    assert fastenv.__version__.count(".") == 2

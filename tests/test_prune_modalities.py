@@ -1,0 +1,134 @@
+import numpy as np
+import pytest
+from fakes import CountingEnv, FakeAdapter
+from gymnasium import spaces
+
+import fastenv
+from fastenv import PruneModalities, SimEnv
+
+from conftest import SMALL
+
+
+def test_generic_dict_env_keeps_only_the_named_keys():
+    env = PruneModalities(CountingEnv(), ["pos", "image"])
+    assert list(env.observation_space.keys()) == ["image", "pos"] or set(env.observation_space.keys()) == {"pos", "image"}
+    obs, _ = env.reset(seed=0)
+    assert set(obs) == {"pos", "image"}
+    assert env.observation_space.contains(obs)
+    obs, *_ = env.step(np.zeros(2, np.float32))
+    assert set(obs) == {"pos", "image"} and env.observation_space.contains(obs)
+
+
+def test_unknown_key_lists_the_available_ones():
+    with pytest.raises(ValueError, match=r"unknown observation key\(s\) \['rgb'\]; available keys: \['image', 'pos', 'vel'\]"):
+        PruneModalities(CountingEnv(), ["pos", "rgb"])
+
+
+def test_string_instead_of_list():
+    with pytest.raises(TypeError, match="sequence of keys"):
+        PruneModalities(CountingEnv(), "pos")
+
+
+def test_non_dict_space_is_refused():
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match="needs a Dict observation space, got Box"):
+        PruneModalities(gym.make("CartPole-v1"), ["x"])
+
+
+def test_selection_reaches_the_adapter():
+    adapter = FakeAdapter()
+    env = PruneModalities(SimEnv(adapter), ["state"])
+    assert adapter.keys == ("state",)
+    assert env.observation_space == spaces.Dict({"state": spaces.Box(-np.inf, np.inf, (1,), np.float64)})
+
+
+def count_renders(monkeypatch, env):
+    sim = env.unwrapped.adapter._raw.sim
+    calls = []
+    original = sim.render
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("camera_name"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "render", counting)
+    return calls
+
+
+@pytest.mark.libero
+def test_libero_renders_only_the_kept_camera_once_per_chunk(monkeypatch, libero_slim_env):
+    env = libero_slim_env
+    assert set(env.observation_space.keys()) == {"agentview_image", "robot0_proprio-state"}
+    env.reset(seed=0)
+    calls = count_renders(monkeypatch, env)
+    obs, *_ = env.step(np.zeros((8, 7), np.float32))
+    assert calls == ["agentview"]  # one render for 8 simulator steps, of the one kept camera
+    assert env.observation_space.contains(obs)
+    raw = env.unwrapped.adapter._raw
+    enabled = {name for name, o in raw._observables.items() if o.is_enabled()}
+    assert "robot0_eye_in_hand_image" not in enabled
+    assert not any(name.endswith("_pos") and not name.startswith("robot0") for name in enabled)
+
+
+@pytest.mark.libero
+def test_libero_stock_set_renders_both_cameras_every_step(monkeypatch, libero_stock_keys_env):
+    env = libero_stock_keys_env
+    env.reset(seed=0)
+    calls = count_renders(monkeypatch, env)
+    env.step(np.zeros((1, 7), np.float32))
+    assert sorted(calls) == ["agentview", "robot0_eye_in_hand"]
+
+
+@pytest.mark.libero
+def test_libero_state_only_builds_no_renderer(monkeypatch):
+    from fastenv.backends.libero import make_env
+
+    env = make_env("libero_10", 0, chunk=4, modalities=["robot0_proprio-state", "object-state"])
+    try:
+        raw = env.unwrapped.adapter._raw
+        assert raw.has_offscreen_renderer is False and raw.camera_names == []
+        obs, _ = env.reset(seed=1)
+        assert obs["robot0_proprio-state"].shape == (39,) and obs["object-state"].shape == (112,)
+        obs, *_ = env.step(np.zeros((4, 7), np.float32))
+        assert env.observation_space.contains(obs)
+    finally:
+        env.close()
+
+
+@pytest.mark.libero
+def test_libero_unknown_key(libero_slim_env):
+    with pytest.raises(ValueError, match=r"unknown observation key\(s\) \['agentview_rgb'\]; available keys: .*'agentview_image'"):
+        libero_slim_env.unwrapped.select_modalities(["agentview_rgb"])
+    # still usable, still the same keys
+    assert set(libero_slim_env.observation_space.keys()) == {"agentview_image", "robot0_proprio-state"}
+
+
+@pytest.mark.libero
+def test_libero_depth_and_segmentation_are_built_only_when_kept():
+    from fastenv.backends.libero import make_env
+
+    keys = ["agentview_depth", "robot0_eye_in_hand_segmentation_instance", "robot0_eef_pos"]
+    env = make_env("libero_10", 0, chunk=2, modalities=keys, camera_size=SMALL)
+    try:
+        raw = env.unwrapped.adapter._raw
+        assert raw.camera_names == ["agentview", "robot0_eye_in_hand"]
+        assert list(raw.camera_depths) == [True, False]
+        obs, _ = env.reset(seed=0)
+        assert set(obs) == set(keys)
+        assert obs["agentview_depth"].shape == (SMALL, SMALL, 1) and obs["agentview_depth"].dtype == np.float32
+        assert obs["robot0_eye_in_hand_segmentation_instance"].dtype == np.int32
+        assert len(np.unique(obs["robot0_eye_in_hand_segmentation_instance"])) > 1
+        obs, *_ = env.step(np.zeros((2, 7), np.float32))
+        assert env.observation_space.contains(obs)
+        # Narrowing to a key the build already covers needs no rebuild.
+        before = raw
+        env.unwrapped.select_modalities(["robot0_eef_pos"])
+        assert env.unwrapped.adapter._raw is before
+        # Asking for a camera that was not built rebuilds the simulator with it.
+        env.unwrapped.select_modalities(["frontview_image"])
+        assert env.unwrapped.adapter._raw.camera_names == ["frontview"]
+        obs, _ = env.reset(seed=0)
+        assert obs["frontview_image"].shape == (SMALL, SMALL, 3)
+    finally:
+        env.close()
