@@ -133,3 +133,102 @@ class FakeAdapter:
 
     def close(self):
         self.calls.append("close")
+
+
+class RandomLengthEnv(gym.Env):
+    """Dict observation, episodes of random length (drawn from the env's seeded generator).
+
+    Terminates or truncates (chosen at random too) when the episode length is reached.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, max_len: int = 12) -> None:
+        self.observation_space = spaces.Dict(
+            {"x": spaces.Box(-10.0, 10.0, (3,), np.float32), "t": spaces.Discrete(100)}
+        )
+        self.action_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.max_len = max_len
+
+    def _obs(self):
+        return {"x": self.x.copy(), "t": self.t}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(1, self.max_len + 1))
+        self.ends_by_truncation = bool(self.np_random.integers(2))
+        self.x = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return self._obs(), {"length": self.length}
+
+    def step(self, action):
+        self.t += 1
+        self.x = np.clip(self.x + np.asarray(action, np.float32), -10, 10).astype(np.float32)
+        done = self.t >= self.length
+        reward = float(self.x.sum())
+        info = {"t": self.t}
+        return self._obs(), reward, done and not self.ends_by_truncation, done and self.ends_by_truncation, info
+
+
+class GateEnv(gym.Env):
+    """Steps wait while the file ``gate`` exists (set up by a test), then continue.
+
+    Lets tests hold an env mid-step in a worker without timing assumptions. ``raise_at`` makes
+    the step with that index raise.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, gate: str | None = None, raise_at: int | None = None) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float64)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.gate, self.raise_at = gate, raise_at
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0]), {}
+
+    def step(self, action):
+        import os
+        import time
+
+        while self.gate is not None and os.path.exists(self.gate):
+            time.sleep(0.01)
+        self.t += 1
+        if self.raise_at is not None and self.t == self.raise_at:
+            raise RuntimeError(f"GateEnv failed on purpose at step {self.t}")
+        return np.array([float(self.t)]), 1.0, False, False, {}
+
+
+class SharedWorldAdapter(FakeAdapter):
+    """Envs of one process share a physics world: any env's step advances it by ``dt``.
+
+    The observation is the world's simulated time, so tests can read each env's simulated time
+    per action.
+    """
+
+    shared_physics = True
+    base_physics_dt = 0.01
+    world = {"time": 0.0}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dt = self.base_physics_dt
+        self.observation_space = spaces.Dict({"sim_time": spaces.Box(0, np.inf, (1,), np.float64)})
+
+    def set_physics_dt(self, dt: float) -> None:
+        self.dt = dt
+
+    def _obs(self):
+        return {"sim_time": np.array([self.world["time"]])}
+
+    def _advance(self):
+        self.world["time"] += self.dt
+        return 0.0, False, False, {}
+
+
+def make_shared_world_env():
+    from fastenv import SimEnv
+
+    return SimEnv(SharedWorldAdapter())

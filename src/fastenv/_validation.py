@@ -28,13 +28,18 @@ def check_discount(name: str, value: Any) -> float:
 
 def check_box_action(action: Any, space: spaces.Box, what: str = "action") -> np.ndarray:
     """Return ``action`` as an array of ``space``'s shape; raise ValueError on wrong shape, dtype or NaN."""
+    return check_real_array(action, space.shape, what)
+
+
+def check_real_array(action: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """Return ``action`` as a finite real array of ``shape``, else raise ValueError."""
     array = np.asarray(action)
     if array.dtype.kind not in "fiu":
         raise ValueError(
             f"{what} must be a real-valued array (float or int), got dtype {array.dtype}"
         )
-    if array.shape != space.shape:
-        raise ValueError(f"{what} must have shape {space.shape}, got shape {array.shape}")
+    if array.shape != shape:
+        raise ValueError(f"{what} must have shape {shape}, got shape {array.shape}")
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         bad = np.argwhere(~np.isfinite(array))[0].tolist()
         raise ValueError(f"{what} must be finite, got {array[tuple(bad)]} at index {tuple(bad)}")
@@ -64,3 +69,38 @@ def check_action(action: Any, space: spaces.Space, what: str = "action") -> Any:
     if not space.contains(action):
         raise ValueError(f"{what} {action!r} is not an element of {space}")
     return action
+
+
+def check_batch_actions(actions: Any, space: spaces.Space, count: int, what: str = "actions") -> Any:
+    """Check a batch of ``count`` actions of ``space``; Box/Discrete batches are returned as arrays."""
+    if isinstance(space, spaces.Box):
+        return check_real_array(actions, (count, *space.shape), what)
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        array = np.asarray(actions)
+        shape = (count, *space.shape)
+        if array.shape != shape or array.dtype.kind not in "iub":
+            raise ValueError(f"{what} must be an integer array of shape {shape}, got {array.dtype} {array.shape}")
+        if isinstance(space, spaces.Discrete):
+            low, high = space.start, space.start + space.n
+        elif isinstance(space, spaces.MultiDiscrete):
+            low, high = space.start, space.start + space.nvec
+        else:
+            low, high = 0, 2
+        bad = (array < low) | (array >= high)
+        if bad.any():
+            index = tuple(np.argwhere(bad)[0].tolist())
+            raise ValueError(f"{what}{list(index)} = {array[index]} is outside {space}")
+        return array
+    from gymnasium.vector.utils import batch_space, iterate
+
+    batched = batch_space(space, count)
+    try:
+        items = list(iterate(batched, actions))
+    except Exception as exc:
+        raise ValueError(f"{what} must be a batch of {count} actions of {space}: {exc}") from exc
+    if len(items) != count:
+        raise ValueError(f"{what} must hold {count} actions, got {len(items)}")
+    for i, item in enumerate(items):
+        if not space.contains(item):
+            raise ValueError(f"{what}[{i}] = {item!r} is not an element of {space}")
+    return actions

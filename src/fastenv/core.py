@@ -57,6 +57,20 @@ class SimEnv(gym.Env):
         self.adapter.make_headless(render_mode)
         self.render_mode = self.adapter.render_mode
 
+    @property
+    def shared_physics(self) -> bool:
+        """True when this env's physics world is shared with other envs in the process."""
+        return bool(getattr(self.adapter, "shared_physics", False))
+
+    @property
+    def base_physics_dt(self) -> float:
+        """The physics step the simulator was built with (seconds)."""
+        return self.adapter.base_physics_dt
+
+    def set_physics_dt(self, dt: float) -> None:
+        """Change the physics step (used by vector envs whose stages share one physics world)."""
+        self.adapter.set_physics_dt(dt)
+
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
         """Advance one action without an observation: (reward, terminated, truncated, info)."""
         action = check_action(action, self.action_space)

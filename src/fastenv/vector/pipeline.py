@@ -1,0 +1,736 @@
+"""PipelineVectorEnv: envs across worker processes, stepped whole, by pipeline stage, or as they get ready."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import select
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from fastenv._validation import check_batch_actions, check_positive_int
+from fastenv.vector import worker as w
+from fastenv.vector.infos import add_info, with_legacy_final_keys
+from fastenv.vector.layout import Layout
+from fastenv.vector.shared import SharedArrays, get_row, leaf_specs, put_rows, structure, take_rows
+
+IDLE, PENDING, READY = 0, 1, 2
+_EMPTY: dict = {}  # shared, never mutated: the info of an env that reported none
+
+
+class WorkerError(RuntimeError):
+    """An env raised inside a worker process (the message carries the worker's traceback)."""
+
+
+class _EnvFns:
+    """Env constructors, pickled with cloudpickle so lambdas and closures reach spawned workers."""
+
+    def __init__(self, fns: Sequence[Callable[[], gym.Env]]) -> None:
+        self.fns = list(fns)
+
+    def __getstate__(self) -> bytes:
+        return cloudpickle.dumps(self.fns)
+
+    def __setstate__(self, state: bytes) -> None:
+        self.fns = cloudpickle.loads(state)
+
+
+@dataclass
+class _Worker:
+    index: int
+    env_ids: np.ndarray
+    process: Any = None
+    conn: Any = None
+    deadline: float = float("inf")
+    restarts: int = 0
+    commands: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _Command:
+    worker: int
+    kind: str
+    gids: list[int]
+    per_env: bool = False
+    result: Any = None
+    done: bool = False
+
+
+@contextlib.contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a child's start (it inherits them)."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
+    """The most workers, up to the CPU count, that split every stage evenly."""
+    per_stage = max(num_envs // max(pipeline_stages, 1), 1)
+    cpus = os.cpu_count() or 1
+    return max(d for d in range(1, per_stage + 1) if per_stage % d == 0 and d <= cpus)
+
+
+class PipelineVectorEnv(VectorEnv):
+    """A vector env over worker processes, with pipeline stages and dynamic batching.
+
+    Each worker holds several envs; stage k is the slice ``[k*N/S, (k+1)*N/S)`` and env i lives on
+    worker ``i % W``, so every stage is spread over all workers. ``step`` has plain Gymnasium
+    semantics for all N envs. ``send(actions, stage=k)`` returns at once and ``recv(stage=k)``
+    collects that stage, so the policy can run on one stage while the others step.
+    ``send(actions, env_ids=ids)`` with ``recv(max_batch=B, timeout=T)`` serves whichever envs are
+    ready first. Autoreset is SAME_STEP with ``infos["final_obs"]``/``["final_info"]``.
+
+    Args:
+        env_fns: constructors of the N envs (run inside the workers, never forked).
+        num_workers: worker processes W (default: the most, up to the CPU count, that divide a stage).
+        pipeline_stages: S; N must be a multiple of W * S.
+        step_timeout: seconds a worker with work may stay silent before it is killed and restarted.
+        startup_timeout: seconds a worker may take to build its envs.
+        threads_per_worker: cap on each worker's native threads (OMP, MKL, OpenBLAS, llvmpipe,
+            torch); None leaves them alone.
+        max_restarts: restarts allowed per worker before the failure is raised.
+        spin_wait: seconds a process polls for the next message (yielding its core) before it
+            sleeps; trades a little CPU for much lower latency with fast envs. 0 disables.
+        context: multiprocessing start method ("spawn" or "forkserver"; never "fork").
+
+    Example:
+        >>> envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2, pipeline_stages=2)
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        num_workers: int | None = None,
+        pipeline_stages: int = 1,
+        *,
+        step_timeout: float = 120.0,
+        startup_timeout: float = 600.0,
+        threads_per_worker: int | None = 1,
+        max_restarts: int = 3,
+        spin_wait: float = 2e-4,
+        context: str = "spawn",
+    ) -> None:
+        self.closed = True  # until the workers are up, close() has nothing to do
+        env_fns = list(env_fns)
+        if not env_fns:
+            raise ValueError("env_fns must hold at least one env constructor, got an empty sequence")
+        if not all(callable(fn) for fn in env_fns):
+            raise TypeError("env_fns must be callables that build an env")
+        if context == "fork":
+            raise ValueError("context='fork' is refused: EGL/OpenGL contexts do not survive fork; use 'spawn' or 'forkserver'")
+        if num_workers is None:
+            num_workers = default_num_workers(len(env_fns), pipeline_stages)
+        self.layout = Layout(len(env_fns), num_workers, pipeline_stages)
+        if not step_timeout > 0 or not startup_timeout > 0:
+            raise ValueError(f"timeouts must be > 0, got step_timeout={step_timeout}, startup_timeout={startup_timeout}")
+        if threads_per_worker is not None:
+            check_positive_int("threads_per_worker", threads_per_worker)
+        self.step_timeout = float(step_timeout)
+        self.startup_timeout = float(startup_timeout)
+        self.threads_per_worker = threads_per_worker
+        self.max_restarts = int(max_restarts)
+        if spin_wait < 0:
+            raise ValueError(f"spin_wait must be >= 0 seconds, got {spin_wait}")
+        self.spin_wait = float(spin_wait)
+        self._ctx = mp.get_context(context)
+        self._env_fns = env_fns
+        self.num_envs = self.layout.num_envs
+        self.num_workers = self.layout.num_workers
+        self.pipeline_stages = self.layout.num_stages
+
+        n = self.num_envs
+        self._status = np.zeros(n, dtype=np.int8)
+        self._by_ids = np.zeros(n, dtype=bool)  # sent with env_ids (dynamic batching) vs by stage
+        self._info: list[dict] = [{} for _ in range(n)]
+        self._final_info: list[dict | None] = [None] * n
+        self._restart_result = np.zeros(n, dtype=bool)  # the ready result is a worker restart
+        self._needs_restart = np.zeros(n, dtype=bool)  # the next action must reset it instead
+        self._errors: dict[int, tuple[str, str]] = {}
+        self._ready_queue: deque[int] = deque()
+        self._commands: dict[int, _Command] = {}
+        self._next_cmd = 0
+        self._seed_base: int | None = None
+        self._shared: SharedArrays | None = None
+        self._workers = [_Worker(i, self.layout.worker_envs(i)) for i in range(self.num_workers)]
+        self._poller = select.poll()
+        self._fd_worker: dict[int, _Worker] = {}
+        # Worker groups of the whole batch and of each stage, computed once for the hot path.
+        self._groups: dict[tuple[int, int], list[tuple[_Worker, list[int]]]] = {}
+        self._group_ids: dict[tuple[int, int], np.ndarray] = {}
+        self._group_sizes = {self.num_envs, self.layout.stage_size}
+        for ids in [np.arange(self.num_envs)] + [self.layout.stage_envs(k) for k in range(self.pipeline_stages)]:
+            key = (int(ids[0]), len(ids))
+            self._group_ids[key] = ids
+            owners = ids % self.num_workers
+            self._groups[key] = [(wk, ids[owners == wk.index].tolist()) for wk in self._workers]
+        self.closed = False
+        try:
+            for worker in self._workers:
+                self._spawn(worker)
+            descriptions = [self._await_ready(worker) for worker in self._workers]
+            self._setup_spaces(descriptions)
+            for worker in self._workers:
+                self._attach(worker)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _spawn(self, worker: _Worker) -> None:
+        parent, child = self._ctx.Pipe()
+        fns = _EnvFns([self._env_fns[i] for i in worker.env_ids])
+        process = self._ctx.Process(
+            target=w.worker_main,
+            args=(fns, worker.env_ids.tolist(), child, self.pipeline_stages, self.threads_per_worker, self.spin_wait),
+            name=f"fastenv-worker-{worker.index}",
+            daemon=True,
+        )
+        with _environment(w.limit_threads(self.threads_per_worker)):
+            process.start()
+        child.close()
+        worker.process, worker.conn = process, parent
+        self._poller.register(parent.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+        self._fd_worker[parent.fileno()] = worker
+        worker.deadline = time.monotonic() + self.startup_timeout
+
+    def _await_ready(self, worker: _Worker) -> dict[str, Any]:
+        if not worker.conn.poll(self.startup_timeout):
+            raise WorkerError(f"worker {worker.index} built no env within startup_timeout={self.startup_timeout}s")
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise WorkerError(
+                f"worker {worker.index} died while building its envs (exit code {worker.process.exitcode})"
+            ) from exc
+        if message[0] == w.STARTUP_ERROR:
+            raise WorkerError(f"worker {worker.index} failed to build its envs: {message[1]}\n{message[2]}")
+        worker.deadline = float("inf")
+        return message[1]
+
+    def _setup_spaces(self, descriptions: list[dict[str, Any]]) -> None:
+        first = descriptions[0]
+        for i, d in enumerate(descriptions[1:], 1):
+            if d["observation_space"] != first["observation_space"] or d["action_space"] != first["action_space"]:
+                raise ValueError(
+                    f"worker {i}'s envs have spaces {d['observation_space']} / {d['action_space']}, "
+                    f"worker 0's {first['observation_space']} / {first['action_space']}: all envs must match"
+                )
+        self.single_observation_space = first["observation_space"]
+        self.single_action_space = first["action_space"]
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {**first["metadata"], "autoreset_mode": AutoresetMode.SAME_STEP}
+        self.render_mode = first["render_mode"]
+        self.spec = first["spec"]
+        self.shared_physics = first["shared_physics"]
+        self.physics_scaled = first["physics_scaled"]
+        specs = (
+            leaf_specs(self.single_observation_space, "obs")
+            + leaf_specs(self.single_observation_space, "final_obs")
+            + leaf_specs(self.single_action_space, "actions")
+            + [("rewards", (), np.dtype(np.float64)), ("terminations", (), np.dtype(np.bool_)), ("truncations", (), np.dtype(np.bool_))]
+        )
+        self._shared = SharedArrays(specs, self.num_envs)
+        arrays = self._shared.arrays
+        self._obs = structure(self.single_observation_space, arrays, "obs")
+        self._final_obs = structure(self.single_observation_space, arrays, "final_obs")
+        self._actions = structure(self.single_action_space, arrays, "actions")
+        self._rewards, self._terminations, self._truncations = arrays["rewards"], arrays["terminations"], arrays["truncations"]
+        self._last_obs = take_rows(self._obs, slice(None))  # what the caller last saw, per env
+
+    def _attach(self, worker: _Worker) -> None:
+        worker.conn.send((w.ATTACH, self._shared.handle(), self.single_observation_space, self.single_action_space))
+
+    # -- commands -------------------------------------------------------------------------------
+    def _new_command(self, worker: _Worker, kind: str, gids: list[int], per_env: bool = False) -> int:
+        cmd = self._next_cmd
+        self._next_cmd += 1
+        self._commands[cmd] = _Command(worker.index, kind, gids, per_env)
+        if not worker.commands:
+            worker.deadline = time.monotonic() + self.step_timeout
+        worker.commands.add(cmd)
+        return cmd
+
+    def _send(self, worker: _Worker, message: tuple) -> bool:
+        try:
+            worker.conn.send(message)
+            return True
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            return False
+
+    def _ensure_alive(self, worker: _Worker) -> None:
+        if not worker.process.is_alive():
+            self._restart(worker, f"worker {worker.index} exited with code {worker.process.exitcode}")
+
+    def _split(self, gids: np.ndarray) -> list[tuple[_Worker, list[int]]]:
+        """``gids`` grouped by worker (cached for the whole batch and for each stage)."""
+        key = (int(gids[0]), len(gids)) if len(gids) in self._group_sizes else None
+        groups = self._groups.get(key) if key is not None else None
+        if groups is None or not np.array_equal(gids, self._group_ids[key]):
+            owners = gids % self.num_workers
+            groups = [(wk, gids[owners == wk.index].tolist()) for wk in self._workers]
+            groups = [(wk, mine) for wk, mine in groups if mine]
+        return groups
+
+    def _dispatch_steps(self, gids: np.ndarray, per_env: bool) -> None:
+        """Send step commands (one per worker) for ``gids``, whose actions are in shared memory."""
+        self._status[gids] = PENDING
+        self._by_ids[gids] = per_env
+        for worker, mine in self._split(gids):
+            self._send_step(worker, mine, per_env)
+
+    def _send_step(self, worker: _Worker, gids: list[int], per_env: bool) -> None:
+        restarts = {}
+        if self._needs_restart.any():
+            for gid in gids:
+                if self._needs_restart[gid]:
+                    # This env's worker was replaced: its action is not run; the env is reset and
+                    # the episode reported truncated (worker_restarted) instead.
+                    self._needs_restart[gid] = False
+                    self._restart_result[gid] = True
+                    restarts[gid] = self._restart_seed(gid, worker.restarts)
+        cmd = self._new_command(worker, w.STEP, list(gids), per_env)
+        if not self._send(worker, (w.STEP, cmd, tuple(gids), restarts, per_env)):
+            self._restart(worker, f"worker {worker.index} could not be reached")
+
+    def _restart_seed(self, gid: int, restarts: int) -> int | None:
+        if self._seed_base is None:
+            return None
+        return self._seed_base + gid + self.num_envs * restarts
+
+    # -- receiving ------------------------------------------------------------------------------
+    def _handle(self, worker: _Worker, message: tuple) -> None:
+        kind = message[0]
+        if kind == w.ENV:
+            _, cmd, (gid, info, final) = message
+            self._complete(gid, info, final)
+            command = self._commands.get(cmd)
+            if command is not None:
+                command.gids.remove(gid)
+                if not command.gids:
+                    self._finish(worker, cmd)
+        elif kind == w.STEP:
+            _, cmd, replies = message
+            command = self._commands.get(cmd)
+            if command is not None:
+                gids = command.gids
+                if self._errors:
+                    gids = [gid for gid in gids if gid not in self._errors]
+                # Only envs with an info or a finished episode are in the reply.
+                for gid in gids:
+                    self._info[gid] = _EMPTY
+                    self._final_info[gid] = None
+                for gid, info, final in replies:
+                    self._info[gid], self._final_info[gid] = info, final
+                self._status[gids] = READY
+                self._finish(worker, cmd)
+        elif kind in (w.RESET, w.RESULT):
+            _, cmd, payload = message
+            command = self._commands.get(cmd)
+            if command is not None:
+                command.result, command.done = payload, True
+                self._finish(worker, cmd)
+        elif kind == w.ERROR:
+            _, cmd, gid, text, tb = message
+            command = self._commands.get(cmd)
+            if gid is not None:
+                self._errors[gid] = (text, tb)
+                if self._status[gid] == PENDING:  # ready to be collected, which raises the error
+                    self._status[gid] = READY
+                    if self._by_ids[gid]:
+                        self._ready_queue.append(gid)
+            if command is not None and command.per_env and gid in command.gids:
+                command.gids.remove(gid)
+                if not command.gids:
+                    self._finish(worker, cmd)
+            elif command is not None and command.kind in (w.CALL, w.SET_ATTR):
+                command.result, command.done = WorkerError(f"worker {worker.index}: {text}\n{tb}"), True
+                self._finish(worker, cmd)
+        if worker.commands:
+            worker.deadline = time.monotonic() + self.step_timeout
+
+    def _finish(self, worker: _Worker, cmd: int) -> None:
+        worker.commands.discard(cmd)
+        command = self._commands[cmd]
+        if command.kind == w.STEP:
+            del self._commands[cmd]
+        if not worker.commands:
+            worker.deadline = float("inf")
+
+    def _complete(self, gid: int, info: dict, final: dict | None) -> None:
+        self._info[gid] = info
+        self._final_info[gid] = final
+        self._status[gid] = READY
+        if self._by_ids[gid]:
+            self._ready_queue.append(gid)
+
+    def _pump(self, timeout: float | None) -> None:
+        """Handle whatever the busy workers send within ``timeout``; restart dead or stuck ones.
+
+        A worker's death closes its end of the pipe, which the poll reports (as EOF on read).
+        """
+        busy = [worker for worker in self._workers if worker.commands]
+        if not busy:
+            return
+        soonest = min(worker.deadline for worker in busy) - time.monotonic()
+        wait_for = max(0.0, soonest if timeout is None else min(timeout, soonest))
+        events = self._poller.poll(0)
+        if not events and self.spin_wait > 0:
+            # Poll without sleeping for a moment, yielding the core: a blocked process takes tens
+            # of microseconds to wake, which dominates the step time of fast envs.
+            end = time.perf_counter() + min(self.spin_wait, wait_for)
+            while not events and time.perf_counter() < end:
+                os.sched_yield()
+                events = self._poller.poll(0)
+        if not events:
+            events = self._poller.poll(wait_for * 1000.0)
+        for fd, _ in events:
+            worker = self._fd_worker.get(fd)
+            if worker is None:
+                continue  # a restarted worker's old pipe
+            try:
+                self._handle(worker, worker.conn.recv())  # further messages: the next poll
+            except (EOFError, OSError):
+                worker.process.join(1.0)
+                self._restart(worker, f"worker {worker.index} died (exit code {worker.process.exitcode})")
+        now = time.monotonic()
+        for worker in busy:
+            if worker.commands and now > worker.deadline:
+                self._restart(worker, f"worker {worker.index} sent nothing for step_timeout={self.step_timeout}s")
+
+    def _wait(self, done: Callable[[], bool], deadline: float | None = None) -> bool:
+        """Pump until ``done()`` or ``deadline`` (monotonic); False if the deadline came first."""
+        while not done():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            if not any(worker.commands for worker in self._workers):
+                return done()
+            self._pump(None if deadline is None else deadline - now)
+        return True
+
+    # -- worker failure -------------------------------------------------------------------------
+    def _restart(self, worker: _Worker, reason: str) -> None:
+        """Replace a dead or stuck worker; its envs come back reset and reported truncated."""
+        process = worker.process
+        if process.is_alive():
+            process.kill()
+        process.join(5.0)
+        self._forget_pipe(worker)
+        lost: list[tuple[int, bool]] = []
+        for cmd in sorted(worker.commands):
+            command = self._commands.pop(cmd)
+            if command.kind == w.STEP:
+                lost += [(gid, command.per_env) for gid in command.gids if self._status[gid] == PENDING and gid not in self._errors]
+            else:
+                command.result, command.done = WorkerError(f"{reason} during {command.kind}"), True
+                self._commands[cmd] = command  # keep the failed result for its waiter
+        worker.commands.clear()
+        worker.restarts += 1
+        if worker.restarts > self.max_restarts:
+            self.close()
+            raise WorkerError(f"{reason}; worker {worker.index} failed {worker.restarts} times (max_restarts={self.max_restarts})")
+        self._spawn(worker)
+        self._await_ready(worker)
+        self._attach(worker)
+        # Every env of the worker is new: the next action of each resets it instead.
+        self._needs_restart[worker.env_ids] = True
+        for per_env in (False, True):
+            gids = [gid for gid, p in lost if p == per_env]
+            if gids:
+                self._send_step(worker, gids, per_env)
+
+    def _forget_pipe(self, worker: _Worker) -> None:
+        fd = worker.conn.fileno() if not worker.conn.closed else None
+        if fd is not None and self._fd_worker.get(fd) is worker:
+            del self._fd_worker[fd]
+            with contextlib.suppress(KeyError, ValueError):
+                self._poller.unregister(fd)
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+
+    # -- results --------------------------------------------------------------------------------
+    def _gather(self, gids: np.ndarray, rows: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        errors = [gid for gid in gids.tolist() if gid in self._errors] if self._errors else None
+        if errors:
+            self._status[gids] = IDLE
+            first = errors[0]
+            text, tb = self._errors[first]
+            for gid in errors:
+                self._errors.pop(gid)
+            raise WorkerError(
+                f"env {first} raised in worker {first % self.num_workers}: {text}\n"
+                f"(envs {errors} failed; their results are lost: call reset() to continue)\n"
+                f"--- worker traceback ---\n{tb}"
+            )
+        obs = take_rows(self._obs, rows)
+        rewards = self._rewards[rows].copy()
+        terminations = self._terminations[rows].copy()
+        truncations = self._truncations[rows].copy()
+        infos: dict[str, Any] = {}
+        size = len(gids)
+        for pos, gid in enumerate(gids.tolist()):
+            if self._info[gid] is _EMPTY and self._final_info[gid] is None and not self._restart_result[gid]:
+                continue
+            if self._restart_result[gid]:
+                self._restart_result[gid] = False
+                rewards[pos], terminations[pos], truncations[pos] = 0.0, False, True
+                add_info(infos, {"final_obs": get_row(self._last_obs, gid), "final_info": {"worker_restarted": True}}, pos, size)
+                add_info(infos, {**self._info[gid], "worker_restarted": True}, pos, size)
+                continue
+            final = self._final_info[gid]
+            if final is not None:
+                add_info(infos, {"final_obs": get_row(self._final_obs, gid), "final_info": final}, pos, size)
+            if self._info[gid]:
+                add_info(infos, self._info[gid], pos, size)
+        put_rows(self._last_obs, rows, obs)
+        self._status[gids] = IDLE
+        return obs, rewards, terminations, truncations, with_legacy_final_keys(infos)
+
+    # -- public API -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this vector env is closed")
+
+    def _check_idle(self, gids: np.ndarray, what: str) -> None:
+        busy = gids[self._status[gids] != IDLE]
+        if len(busy):
+            raise RuntimeError(f"{what}: envs {busy.tolist()} still have actions in flight; recv() them first")
+
+    def _write_actions(self, actions: Any, gids: np.ndarray, rows: Any) -> None:
+        actions = check_batch_actions(actions, self.single_action_space, len(gids))
+        put_rows(self._actions, rows, actions)
+
+    def send(self, actions: Any, *, stage: int | None = None, env_ids: Sequence[int] | None = None) -> None:
+        """Start stepping one stage (``stage=k``) or some envs (``env_ids=ids``); returns at once.
+
+        ``actions`` holds one action per env of the stage / per id, in that order.
+        """
+        self._check_open()
+        if (stage is None) == (env_ids is None):
+            raise ValueError("send() needs exactly one of stage= or env_ids=")
+        if stage is not None:
+            gids = self.layout.stage_envs(stage)
+            self._check_idle(gids, f"send(stage={stage})")
+            self._write_actions(actions, gids, slice(gids[0], gids[-1] + 1))
+            self._dispatch_steps(gids, per_env=False)
+        else:
+            gids = self.layout.check_env_ids(env_ids)
+            self._check_idle(gids, "send(env_ids=...)")
+            self._write_actions(actions, gids, gids)
+            self._dispatch_steps(gids, per_env=True)
+
+    def recv(
+        self, *, stage: int | None = None, max_batch: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Collect results: of a whole stage (``stage=k``), or of whichever envs sent with
+        ``env_ids`` are ready, as soon as ``max_batch`` are or ``timeout`` seconds have passed
+        (at least one; ``infos["env_ids"]`` says which)."""
+        self._check_open()
+        if stage is not None:
+            if max_batch is not None or timeout is not None:
+                raise ValueError("recv(stage=k) takes no max_batch or timeout")
+            gids = self.layout.stage_envs(stage)
+            if (self._status[gids] == IDLE).any() or self._by_ids[gids].any():
+                raise RuntimeError(f"recv(stage={stage}) without send(stage={stage})")
+            self._wait(lambda: bool((self._status[gids] == READY).all()))
+            return self._gather(gids, slice(gids[0], gids[-1] + 1))
+        outstanding = int(((self._status != IDLE) & self._by_ids).sum())
+        if outstanding == 0:
+            raise RuntimeError("recv() without send(env_ids=...): no env has actions in flight")
+        batch = outstanding if max_batch is None else check_positive_int("max_batch", max_batch)
+        want = min(batch, outstanding)
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._wait(lambda: len(self._ready_queue) >= want, deadline):
+            self._wait(lambda: len(self._ready_queue) >= 1)
+        gids = np.array([self._ready_queue.popleft() for _ in range(min(want, len(self._ready_queue)))], dtype=np.int64)
+        result = self._gather(gids, gids)
+        result[4]["env_ids"] = gids
+        return result
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step all N envs (plain Gymnasium semantics, SAME_STEP autoreset)."""
+        self._check_open()
+        gids = np.arange(self.num_envs)
+        self._check_idle(gids, "step()")
+        self._write_actions(actions, gids, slice(None))
+        self._dispatch_steps(gids, per_env=False)
+        self._wait(lambda: bool((self._status == READY).all()))
+        return self._gather(gids, slice(None))
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset all envs, or those in ``options["reset_mask"]``; env i gets seed ``seed + i``."""
+        self._check_open()
+        self._drain()
+        n = self.num_envs
+        if seed is None:
+            seeds: list[int | None] = [None] * n
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [int(seed) + i for i in range(n)]
+            self._seed_base = int(seed)
+        else:
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(f"seed must be None, an int or {n} seeds, got {len(seeds)} seeds")
+        options = dict(options) if options is not None else None  # the caller's dict stays as it was
+        mask = np.ones(n, dtype=bool)
+        if options is not None and "reset_mask" in options:
+            mask = options.pop("reset_mask")
+            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
+                raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({n},), got {mask!r}")
+            if not mask.any():
+                raise ValueError("options['reset_mask'] must select at least one env")
+        gids = np.flatnonzero(mask)
+        commands = []
+        owners = gids % self.num_workers
+        for worker in self._workers:
+            mine = gids[owners == worker.index].tolist()
+            if not mine:
+                continue
+            self._ensure_alive(worker)
+            cmd = self._new_command(worker, w.RESET, mine)
+            if not self._send(worker, (w.RESET, cmd, mine, [seeds[g] for g in mine], options)):
+                self._restart(worker, f"worker {worker.index} could not be reached")
+                cmd = self._new_command(worker, w.RESET, mine)
+                self._send(worker, (w.RESET, cmd, mine, [seeds[g] for g in mine], options))
+            commands.append(cmd)
+        self._wait(lambda: all(self._commands[c].done for c in commands))
+        infos: dict[str, Any] = {}
+        failures = []
+        for cmd in commands:
+            command = self._commands.pop(cmd)
+            if isinstance(command.result, Exception):
+                failures.append(str(command.result))
+                continue
+            for gid, info, _ in command.result:
+                add_info(infos, info, gid, n)
+        errors = {gid: self._errors.pop(gid) for gid in gids.tolist() if gid in self._errors}
+        self._needs_restart[gids] = False
+        self._restart_result[gids] = False
+        self._status[gids] = IDLE
+        if errors or failures:
+            gid, (text, tb) = next(iter(errors.items())) if errors else (None, (failures[0], ""))
+            raise WorkerError(f"reset failed for envs {sorted(errors) or '?'}: {text}\n{tb}")
+        obs = take_rows(self._obs, slice(None))
+        put_rows(self._last_obs, slice(None), obs)
+        return obs, infos
+
+    def _drain(self) -> None:
+        """Wait out actions still in flight and drop their results (before a reset)."""
+        self._wait(lambda: not (self._status == PENDING).any())
+        self._status[:] = IDLE
+        self._ready_queue.clear()
+        self._errors.clear()
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` (or read it, if not callable) on every env; results in env order."""
+        self._check_open()
+        results: dict[int, Any] = {}
+        commands = []
+        for worker in self._workers:
+            self._ensure_alive(worker)
+            gids = worker.env_ids.tolist()
+            cmd = self._new_command(worker, w.CALL, gids)
+            self._send(worker, (w.CALL, cmd, gids, name, args, kwargs))
+            commands.append(cmd)
+        self._wait(lambda: all(self._commands[c].done for c in commands))
+        for cmd in commands:
+            command = self._commands.pop(cmd)
+            if isinstance(command.result, Exception):
+                raise command.result
+            results.update(zip(command.gids, command.result))
+        return tuple(results[i] for i in range(self.num_envs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """The attribute ``name`` of every env."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set ``name`` on every env: one value for all, or a list/tuple of N values."""
+        self._check_open()
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr needs one value or {self.num_envs} values, got {len(values)}")
+        commands = []
+        for worker in self._workers:
+            self._ensure_alive(worker)
+            gids = worker.env_ids.tolist()
+            cmd = self._new_command(worker, w.SET_ATTR, gids)
+            self._send(worker, (w.SET_ATTR, cmd, gids, name, [values[g] for g in gids]))
+            commands.append(cmd)
+        self._wait(lambda: all(self._commands[c].done for c in commands))
+        for cmd in commands:
+            command = self._commands.pop(cmd)
+            if isinstance(command.result, Exception):
+                raise command.result
+
+    def render(self) -> tuple[Any, ...] | None:
+        return self.call("render")
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (they change when a worker is restarted)."""
+        return [worker.process.pid for worker in self._workers if worker.process is not None]
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop the workers (asking first, then killing) and free the shared memory."""
+        for worker in self._workers:
+            if worker.conn is not None:
+                self._send(worker, (w.CLOSE,))
+        deadline = time.monotonic() + 10.0
+        for worker in self._workers:
+            process = worker.process
+            if process is None:
+                continue
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(5.0)
+            self._forget_pipe(worker)
+        if self._shared is not None:
+            self._obs = self._final_obs = self._actions = None
+            self._rewards = self._terminations = self._truncations = None
+            self._shared.close()
+            self._shared = None
+
+    def close(self, **kwargs: Any) -> None:
+        if getattr(self, "closed", True):
+            return
+        self.closed = True
+        self.close_extras(**kwargs)
+
+    def __enter__(self) -> PipelineVectorEnv:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        return f"PipelineVectorEnv(num_envs={self.num_envs}, num_workers={self.num_workers}, pipeline_stages={self.pipeline_stages})"

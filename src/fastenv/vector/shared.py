@@ -1,0 +1,132 @@
+"""Observations, actions, rewards and flags in one shared-memory block, laid out from the spaces."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+_ALIGN = 64
+
+
+def leaf_specs(space: spaces.Space, prefix: str) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """(path, per-env shape, dtype) of every array leaf of ``space``."""
+    if isinstance(space, spaces.Dict):
+        return [spec for key, sub in space.spaces.items() for spec in leaf_specs(sub, f"{prefix}/{key}")]
+    if isinstance(space, spaces.Tuple):
+        return [spec for i, sub in enumerate(space.spaces) for spec in leaf_specs(sub, f"{prefix}/{i}")]
+    if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return [(prefix, tuple(space.shape), np.dtype(space.dtype))]
+    raise TypeError(
+        f"fastenv vector envs support Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple spaces, got {space}"
+    )
+
+
+def structure(space: spaces.Space, arrays: Mapping[str, np.ndarray], prefix: str) -> Any:
+    """Arrange leaf arrays back into the space's structure (dict / tuple / array)."""
+    if isinstance(space, spaces.Dict):
+        return {key: structure(sub, arrays, f"{prefix}/{key}") for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(structure(sub, arrays, f"{prefix}/{i}") for i, sub in enumerate(space.spaces))
+    return arrays[prefix]
+
+
+def write_row(batch: Any, row: int, value: Any) -> None:
+    """Write one env's value into row ``row`` of a batched structure."""
+    if isinstance(batch, dict):
+        for key, sub in batch.items():
+            write_row(sub, row, value[key])
+    elif isinstance(batch, tuple):
+        for sub, item in zip(batch, value):
+            write_row(sub, row, item)
+    else:
+        batch[row] = value
+
+
+def take_rows(batch: Any, rows: Any) -> Any:
+    """A copy of ``rows`` (slice or index array) of a batched structure."""
+    if isinstance(batch, dict):
+        return {key: take_rows(sub, rows) for key, sub in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(take_rows(sub, rows) for sub in batch)
+    return batch[rows].copy() if isinstance(rows, slice) else batch[rows]
+
+
+def put_rows(batch: Any, rows: Any, value: Any) -> None:
+    """Write a batched ``value`` into ``rows`` of a batched structure."""
+    if isinstance(batch, dict):
+        for key, sub in batch.items():
+            put_rows(sub, rows, value[key])
+    elif isinstance(batch, tuple):
+        for sub, item in zip(batch, value):
+            put_rows(sub, rows, item)
+    else:
+        batch[rows] = value
+
+
+def get_row(batch: Any, row: int) -> Any:
+    """A copy of one env's value."""
+    if isinstance(batch, dict):
+        return {key: get_row(sub, row) for key, sub in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(get_row(sub, row) for sub in batch)
+    value = batch[row]
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+class SharedArrays:
+    """Named arrays of ``num_rows`` rows in a single shared-memory block.
+
+    The creator owns the block and unlinks it in ``close()``; other processes ``attach`` by name.
+    """
+
+    def __init__(self, specs: list[tuple[str, tuple[int, ...], np.dtype]], num_rows: int, name: str | None = None):
+        self.specs = [(path, tuple(shape), np.dtype(dtype)) for path, shape, dtype in specs]
+        self.num_rows = num_rows
+        offsets, total = {}, 0
+        for path, shape, dtype in self.specs:
+            total = -(-total // _ALIGN) * _ALIGN
+            offsets[path] = total
+            total += int(np.prod((num_rows, *shape), dtype=np.int64)) * dtype.itemsize
+        self.owner = name is None
+        if self.owner:
+            name = f"fastenv_{os.getpid()}_{secrets.token_hex(6)}"
+            self._shm = shared_memory.SharedMemory(name=name, create=True, size=max(total, 1))
+        else:
+            # Spawned workers share the creator's resource tracker, which only unlinks what is
+            # still registered when every process has gone: the creator's unlink() is what counts.
+            self._shm = shared_memory.SharedMemory(name=name, create=False)
+        self.name = self._shm.name
+        self.arrays = {
+            path: np.ndarray((num_rows, *shape), dtype=dtype, buffer=self._shm.buf, offset=offsets[path])
+            for path, shape, dtype in self.specs
+        }
+
+    def handle(self) -> tuple[str, list, int]:
+        """What another process needs to attach: (name, specs, rows)."""
+        return self.name, self.specs, self.num_rows
+
+    @classmethod
+    def attach(cls, handle: tuple[str, list, int]) -> SharedArrays:
+        name, specs, rows = handle
+        return cls(specs, rows, name=name)
+
+    def close(self) -> None:
+        if self._shm is None:
+            return
+        self.arrays = {}
+        try:
+            self._shm.close()
+        except BufferError:  # a caller still holds a view; the OS frees it with the process
+            pass
+        if self.owner:
+            try:
+                self._shm.unlink()
+            except FileNotFoundError:
+                pass
+        self._shm = None

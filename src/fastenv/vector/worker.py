@@ -1,0 +1,246 @@
+"""The worker process: holds a slice of envs, steps the ones it is told to, writes to shared memory.
+
+Pipes carry only commands and infos; observations, actions, rewards and flags go through the
+shared block. A done env is reset in the same step (Gymnasium's SAME_STEP autoreset), its final
+observation written to its row of the ``final_obs`` arrays.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from fastenv.vector.shared import SharedArrays, get_row, structure, write_row
+
+# Commands (main -> worker); replies (worker -> main) start with the same word, or "error".
+STEP, RESET, CALL, SET_ATTR, ATTACH, CLOSE = "step", "reset", "call", "set_attr", "attach", "close"
+READY, ENV, ERROR, STARTUP_ERROR, RESULT = "ready", "env", "error", "startup_error", "result"
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "LP_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def env_attr(env: gym.Env, name: str, default: Any = None) -> Any:
+    """An attribute found anywhere in the wrapper stack, or ``default``."""
+    try:
+        return env.get_wrapper_attr(name)
+    except AttributeError:
+        return default
+
+
+class WorkerCore:
+    """The envs of one worker and what it does with them, apart from any transport.
+
+    ``rows`` maps each local env to its row in the output arrays.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], env_ids: Sequence[int], rows: Sequence[int]):
+        self.env_ids = [int(i) for i in env_ids]
+        self.local = {gid: j for j, gid in enumerate(self.env_ids)}
+        self.rows = [int(r) for r in rows]
+        self.envs = [fn() for fn in env_fns]
+
+    def describe(self, pipeline_stages: int) -> dict[str, Any]:
+        """Spaces and capabilities, after rescaling shared physics for the pipeline."""
+        env = self.envs[0]
+        for other in self.envs[1:]:
+            if other.observation_space != env.observation_space or other.action_space != env.action_space:
+                raise ValueError(
+                    "all envs of a vector env must have the same spaces; got "
+                    f"{other.observation_space} / {other.action_space} and {env.observation_space} / {env.action_space}"
+                )
+        shared = bool(env_attr(env, "shared_physics", False))
+        scaled = False
+        if shared and pipeline_stages > 1:
+            # Every stage's step advances the whole physics world, so each env sees S physics
+            # steps per action of its own: divide the step so its simulated time stays the same.
+            for e in self.envs:
+                e.get_wrapper_attr("set_physics_dt")(e.get_wrapper_attr("base_physics_dt") / pipeline_stages)
+            scaled = True
+        return {
+            "observation_space": env.observation_space,
+            "action_space": env.action_space,
+            "metadata": dict(env.metadata),
+            "render_mode": env.render_mode,
+            "spec": env.spec,
+            "shared_physics": shared,
+            "physics_scaled": scaled,
+        }
+
+    def attach(self, obs: Any, final_obs: Any, actions: Any, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray) -> None:
+        self.obs, self.final_obs, self.actions = obs, final_obs, actions
+        self.rewards, self.terminations, self.truncations = rewards, terminations, truncations
+
+    def step_one(self, gid: int) -> tuple[dict, dict | None]:
+        """Step env ``gid`` with its action row; autoreset it if done. Returns (info, final_info)."""
+        j = self.local[gid]
+        row = self.rows[j]
+        env = self.envs[j]
+        obs, reward, terminated, truncated, info = env.step(get_row(self.actions, row))
+        self.rewards[row] = reward
+        self.terminations[row] = terminated
+        self.truncations[row] = truncated
+        if terminated or truncated:
+            write_row(self.final_obs, row, obs)
+            obs, reset_info = env.reset()
+            write_row(self.obs, row, obs)
+            return reset_info, info
+        write_row(self.obs, row, obs)
+        return info, None
+
+    def reset_one(self, gid: int, seed: int | None, options: dict | None) -> dict:
+        j = self.local[gid]
+        row = self.rows[j]
+        obs, info = self.envs[j].reset(seed=seed, options=options)
+        write_row(self.obs, row, obs)
+        self.rewards[row] = 0.0
+        self.terminations[row] = False
+        self.truncations[row] = False
+        return info
+
+    def call(self, gids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
+        out = []
+        for gid in gids:
+            attr = self.envs[self.local[gid]].get_wrapper_attr(name)
+            out.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return out
+
+    def set_attr(self, gids: Sequence[int], name: str, values: Sequence[Any]) -> None:
+        for gid, value in zip(gids, values):
+            self.envs[self.local[gid]].set_wrapper_attr(name, value)
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # closing must not hide the error that brought us here
+                traceback.print_exc()
+        self.envs = []
+
+
+def wait_for_message(poller: Any, spin_wait: float) -> None:
+    """Poll for a message for ``spin_wait`` seconds, yielding the core, then block until one comes.
+
+    ``poller`` is a ``select.poll`` on the pipe (Connection.poll builds a selector per call).
+    """
+    if poller.poll(0):
+        return
+    end = time.perf_counter() + spin_wait
+    while time.perf_counter() < end:
+        os.sched_yield()
+        if poller.poll(0):
+            return
+    poller.poll()
+
+
+def limit_threads(threads: int | None) -> dict[str, str]:
+    """Environment variables that cap a worker's native thread pools at ``threads``."""
+    if threads is None:
+        return {}
+    return {name: str(threads) for name in THREAD_VARIABLES}
+
+
+def worker_main(
+    env_fns_blob: Any,
+    env_ids: list[int],
+    conn: Any,
+    pipeline_stages: int,
+    threads: int | None,
+    spin_wait: float = 0.0,
+) -> None:
+    """Entry point of a worker process (spawned: envs are created here, never forked)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when workers stop
+    if threads is not None:
+        os.environ.update(limit_threads(threads))
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
+    try:
+        env_fns = env_fns_blob.fns
+        core = WorkerCore(env_fns, env_ids, env_ids)
+        conn.send((READY, core.describe(pipeline_stages)))
+    except BaseException as exc:  # report, then exit: the main process raises with this text
+        conn.send((STARTUP_ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        conn.close()
+        return
+    shared: SharedArrays | None = None
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+    try:
+        while True:
+            try:
+                wait_for_message(poller, spin_wait)
+                message = conn.recv()
+            except (EOFError, OSError):  # the main process has gone
+                break
+            kind = message[0]
+            if kind == STEP:
+                _, cmd, gids, restarts, per_env = message
+                replies = []
+                for gid in gids:
+                    try:
+                        if gid in restarts:
+                            entry = (gid, core.reset_one(gid, restarts[gid], None), None)
+                        else:
+                            entry = (gid, *core.step_one(gid))
+                    except Exception as exc:
+                        conn.send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                        continue
+                    if per_env:
+                        conn.send((ENV, cmd, entry))
+                    elif entry[1] or entry[2] is not None:
+                        replies.append(entry)
+                if not per_env:
+                    conn.send((STEP, cmd, replies))
+            elif kind == RESET:
+                _, cmd, gids, seeds, options = message
+                replies = []
+                for gid, seed in zip(gids, seeds):
+                    try:
+                        replies.append((gid, core.reset_one(gid, seed, options), None))
+                    except Exception as exc:
+                        conn.send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                conn.send((RESET, cmd, replies))
+            elif kind == CALL:
+                _, cmd, gids, name, args, kwargs = message
+                try:
+                    conn.send((RESULT, cmd, core.call(gids, name, args, kwargs)))
+                except Exception as exc:
+                    conn.send((ERROR, cmd, None, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            elif kind == SET_ATTR:
+                _, cmd, gids, name, values = message
+                try:
+                    core.set_attr(gids, name, values)
+                    conn.send((RESULT, cmd, None))
+                except Exception as exc:
+                    conn.send((ERROR, cmd, None, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            elif kind == ATTACH:
+                _, handle, obs_space, act_space = message
+                shared = SharedArrays.attach(handle)
+                a = shared.arrays
+                core.attach(
+                    structure(obs_space, a, "obs"),
+                    structure(obs_space, a, "final_obs"),
+                    structure(act_space, a, "actions"),
+                    a["rewards"],
+                    a["terminations"],
+                    a["truncations"],
+                )
+            elif kind == CLOSE:
+                break
+    finally:
+        core.close()
+        if shared is not None:
+            core.attach(None, None, None, None, None, None)
+            shared.close()
+        try:
+            conn.close()
+        except OSError:
+            pass

@@ -1,0 +1,366 @@
+"""PipelineVectorEnv on fake envs: Gymnasium equivalence, stage API, dynamic batching, failures."""
+
+import os
+import signal
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from fakes import GateEnv, RandomLengthEnv, make_shared_world_env
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import batch_space
+
+from fastenv.vector import PipelineVectorEnv, WorkerError
+
+SAME_STEP = AutoresetMode.SAME_STEP
+
+
+def assert_same(a, b, where=""):
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, np.ndarray) and a.dtype == object:
+        assert a.shape == b.shape, where
+        for x, y in zip(a, b):
+            if x is None or y is None:
+                assert x is None and y is None, where
+            else:
+                assert_same(x, y, where)
+    else:
+        assert np.array_equal(np.asarray(a), np.asarray(b)), f"{where}: {a} != {b}"
+
+
+def child_pids():
+    pid = os.getpid()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_text()
+            except OSError:
+                continue
+            # multiprocessing's own resource tracker lives as long as this process: not ours
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and "resource_tracker" not in cmdline:
+                out.append(int(entry.name))
+    return out
+
+
+def fastenv_segments():
+    return [p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(f"fastenv_{os.getpid()}_")]
+
+
+@pytest.fixture
+def random_envs():
+    envs = PipelineVectorEnv([RandomLengthEnv] * 8, num_workers=2, pipeline_stages=2)
+    yield envs
+    envs.close()
+
+
+def test_same_results_as_gymnasium_sync_vector_env(random_envs):
+    ref = SyncVectorEnv([RandomLengthEnv] * 8, autoreset_mode=SAME_STEP)
+    assert random_envs.metadata["autoreset_mode"] == SAME_STEP
+    assert random_envs.observation_space == ref.observation_space
+    assert random_envs.action_space == ref.action_space
+    obs, info = random_envs.reset(seed=42)
+    ref_obs, ref_info = ref.reset(seed=42)
+    assert_same(obs, ref_obs)
+    assert_same(info, ref_info)
+    rng = np.random.default_rng(0)
+    finals = 0
+    for t in range(60):
+        actions = rng.uniform(-1, 1, (8, 3)).astype(np.float32)
+        out = random_envs.step(actions)
+        ref_out = ref.step(actions)
+        for name, a, b in zip(("obs", "reward", "terminated", "truncated"), out[:4], ref_out[:4]):
+            assert_same(a, b, f"step {t} {name}")
+        infos, ref_infos = dict(out[4]), ref_out[4]
+        if "final_obs" in infos:
+            assert infos.pop("final_observation") is infos["final_obs"]
+            infos.pop("_final_observation")
+            finals += int(infos["_final_obs"].sum())
+        assert_same(infos, ref_infos, f"step {t} infos")
+    assert finals > 10  # many episodes ended, each with its final observation
+
+
+def test_stage_api_matches_whole_steps(random_envs):
+    ref = SyncVectorEnv([RandomLengthEnv] * 8, autoreset_mode=SAME_STEP)
+    random_envs.reset(seed=1)
+    ref.reset(seed=1)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        actions = rng.uniform(-1, 1, (8, 3)).astype(np.float32)
+        ref_obs, ref_rew, ref_term, ref_trunc, _ = ref.step(actions)
+        # stage 1 first, then stage 0: results are per stage whatever the order
+        random_envs.send(actions[4:], stage=1)
+        random_envs.send(actions[:4], stage=0)
+        obs0, rew0, term0, trunc0, _ = random_envs.recv(stage=0)
+        obs1, rew1, term1, trunc1, _ = random_envs.recv(stage=1)
+        assert_same(np.concatenate([rew0, rew1]), ref_rew)
+        assert_same(np.concatenate([term0, term1]), ref_term)
+        assert_same(np.concatenate([trunc0, trunc1]), ref_trunc)
+        assert_same(np.concatenate([obs0["x"], obs1["x"]]), ref_obs["x"])
+
+
+def test_env_ids_api_matches_whole_steps(random_envs):
+    ref = SyncVectorEnv([RandomLengthEnv] * 8, autoreset_mode=SAME_STEP)
+    random_envs.reset(seed=2)
+    ref.reset(seed=2)
+    rng = np.random.default_rng(2)
+    for _ in range(10):
+        actions = rng.uniform(-1, 1, (8, 3)).astype(np.float32)
+        _, ref_rew, _, _, _ = ref.step(actions)
+        order = rng.permutation(8)
+        random_envs.send(actions[order], env_ids=order)
+        got = {}
+        while len(got) < 8:
+            _, rew, _, _, infos = random_envs.recv(max_batch=3)
+            assert 1 <= len(rew) <= 3
+            got.update(zip(infos["env_ids"].tolist(), rew))
+        assert_same(np.array([got[i] for i in range(8)]), ref_rew)
+
+
+def test_reset_seeds_each_env_with_seed_plus_index(random_envs):
+    obs, _ = random_envs.reset(seed=100)
+    for i in range(8):
+        single, _ = RandomLengthEnv().reset(seed=100 + i)
+        np.testing.assert_array_equal(obs["x"][i], single["x"])
+
+
+def test_partial_reset_leaves_others_and_the_callers_options_alone(random_envs):
+    obs, _ = random_envs.reset(seed=5)
+    actions = np.full((8, 3), 0.1, np.float32)
+    stepped, *_ = random_envs.step(actions)
+    mask = np.zeros(8, dtype=bool)
+    mask[[1, 6]] = True
+    options = {"reset_mask": mask}
+    new, info = random_envs.reset(seed=5, options=options)
+    assert options == {"reset_mask": mask}  # not popped
+    np.testing.assert_array_equal(new["x"][[1, 6]], obs["x"][[1, 6]])  # seeds 5+1, 5+6 again
+    keep = ~mask
+    np.testing.assert_array_equal(new["x"][keep], stepped["x"][keep])
+    assert info["_length"].tolist() == mask.tolist()
+
+
+def test_spaces_of_every_kind_round_trip():
+    space = gym.spaces.Dict(
+        {
+            "box": gym.spaces.Box(-1, 1, (2, 2), np.float32),
+            "disc": gym.spaces.Discrete(5, start=2),
+            "multi": gym.spaces.MultiDiscrete([3, 4]),
+            "bin": gym.spaces.MultiBinary(3),
+            "tup": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(0, 1, (1,), np.float64))),
+        }
+    )
+    envs = PipelineVectorEnv([lambda: _SpaceEnv(space)] * 2, num_workers=2)
+    try:
+        assert envs.single_observation_space == space
+        assert envs.observation_space == batch_space(space, 2)
+        obs, _ = envs.reset(seed=0)
+        assert envs.observation_space.contains(obs)
+        for _ in range(3):
+            obs, *_ = envs.step(np.array([0, 1]))
+            assert envs.observation_space.contains(obs)
+            expected = [_SpaceEnv(space).reset(seed=i)[0] for i in range(2)]
+            assert obs["disc"].tolist() == [e["disc"] for e in expected]
+    finally:
+        envs.close()
+
+
+class _SpaceEnv(gym.Env):
+    def __init__(self, space):
+        self.observation_space = space
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(seed)
+        self.obs = self.observation_space.sample()
+        return self.obs, {}
+
+    def step(self, action):
+        return self.obs, 0.0, False, False, {}
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda e: e.step(np.zeros((7, 3))), ValueError, r"actions must have shape \(8, 3\), got shape \(7, 3\)"),
+        (lambda e: e.step(np.full((8, 3), np.nan)), ValueError, "must be finite"),
+        (lambda e: e.step(np.full((8, 3), "x")), ValueError, "real-valued array"),
+        (lambda e: e.send(np.zeros((4, 3)), stage=2), ValueError, r"stage must be in \[0, 2\), got 2"),
+        (lambda e: e.send(np.zeros((3, 3)), stage=0), ValueError, r"shape \(4, 3\), got shape \(3, 3\)"),
+        (lambda e: e.send(np.zeros((1, 3)), env_ids=[9]), ValueError, r"env_ids must be in \[0, 8\), got \[9\]"),
+        (lambda e: e.send(np.zeros((2, 3)), env_ids=[1, 1]), ValueError, "distinct"),
+        (lambda e: e.send(np.zeros((4, 3))), ValueError, "exactly one of stage= or env_ids="),
+        (lambda e: e.recv(stage=0), RuntimeError, r"recv\(stage=0\) without send\(stage=0\)"),
+        (lambda e: e.recv(max_batch=2), RuntimeError, r"recv\(\) without send"),
+        (lambda e: e.reset(options={"reset_mask": np.zeros(8, bool)}), ValueError, "at least one env"),
+        (lambda e: e.reset(options={"reset_mask": [True] * 8}), ValueError, "bool numpy array of shape"),
+        (lambda e: e.reset(seed=[1, 2]), ValueError, "8 seeds, got 2"),
+    ],
+)
+def test_bad_input_is_refused_before_dispatch_and_the_env_stays_usable(random_envs, call, error, match):
+    random_envs.reset(seed=0)
+    with pytest.raises(error, match=match):
+        call(random_envs)
+    assert not random_envs._status.any()  # nothing was dispatched
+    obs, reward, *_ = random_envs.step(np.zeros((8, 3), np.float32))
+    assert reward.shape == (8,)
+
+
+def test_sending_a_stage_twice_is_refused(random_envs):
+    random_envs.reset(seed=0)
+    random_envs.send(np.zeros((4, 3)), stage=0)
+    with pytest.raises(RuntimeError, match=r"envs \[0, 1, 2, 3\] still have actions in flight"):
+        random_envs.send(np.zeros((4, 3)), stage=0)
+    random_envs.recv(stage=0)
+
+
+def test_call_get_attr_set_attr(random_envs):
+    assert random_envs.get_attr("max_len") == (12,) * 8
+    random_envs.set_attr("max_len", list(range(1, 9)))
+    assert random_envs.get_attr("max_len") == tuple(range(1, 9))
+    spaces = random_envs.call("observation_space")
+    assert spaces[0] == random_envs.single_observation_space
+
+
+def test_construction_errors():
+    with pytest.raises(ValueError, match="num_envs must be a multiple"):
+        PipelineVectorEnv([RandomLengthEnv] * 6, num_workers=4)
+    with pytest.raises(ValueError, match="empty"):
+        PipelineVectorEnv([])
+    with pytest.raises(ValueError, match="fork"):
+        PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1, context="fork")
+    with pytest.raises(WorkerError, match=r"failed to build its envs: ZeroDivisionError"):
+        PipelineVectorEnv([lambda: 1 / 0] * 2, num_workers=2)
+    assert child_pids() == []
+    assert fastenv_segments() == []
+
+
+def test_close_is_idempotent_and_leaves_nothing_behind():
+    envs = PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2)
+    pids = envs.worker_pids
+    assert set(pids) <= set(child_pids())
+    assert len(fastenv_segments()) == 1
+    envs.reset(seed=0)
+    envs.close()
+    envs.close()
+    assert not set(pids) & set(child_pids())
+    assert fastenv_segments() == []
+    with pytest.raises(RuntimeError, match="closed"):
+        envs.step(np.zeros((4, 3)))
+
+
+def test_exception_inside_a_worker_is_raised_with_its_traceback_and_nothing_leaks():
+    with PipelineVectorEnv([lambda: GateEnv(raise_at=3)] * 4, num_workers=2) as envs:
+        pids = envs.worker_pids
+        envs.reset(seed=0)
+        envs.step(np.zeros((4, 1)))
+        envs.step(np.zeros((4, 1)))
+        with pytest.raises(WorkerError, match=r"(?s)env 0 raised in worker 0: RuntimeError: GateEnv failed on purpose at step 3.*worker traceback.*Traceback"):
+            envs.step(np.zeros((4, 1)))
+        obs, _ = envs.reset(seed=0)  # usable again after a reset
+        assert obs.shape == (4, 1)
+    assert not set(pids) & set(child_pids())
+    assert fastenv_segments() == []
+
+
+def test_killed_worker_is_restarted_and_its_envs_reported_truncated(tmp_path):
+    gate = tmp_path / "gate"
+    envs = PipelineVectorEnv([lambda g=str(gate): GateEnv(gate=g)] * 4, num_workers=2, step_timeout=60)
+    try:
+        envs.reset(seed=0)
+        obs, *_ = envs.step(np.zeros((4, 1)))
+        gate.touch()  # the next steps wait inside the workers
+        envs.send(np.zeros((4, 1)), env_ids=[0, 1, 2, 3])
+        old = envs.worker_pids
+        os.kill(old[1], signal.SIGKILL)  # worker 1 (envs 1 and 3) dies mid-step
+        gate.unlink()
+        got = {}
+        while len(got) < 4:
+            o, r, term, trunc, infos = envs.recv(max_batch=4, timeout=30)
+            for pos, gid in enumerate(infos["env_ids"].tolist()):
+                got[gid] = (o[pos], r[pos], term[pos], trunc[pos], infos.get("_worker_restarted", np.zeros(len(r), bool))[pos], infos)
+        assert envs.worker_pids[0] == old[0] and envs.worker_pids[1] != old[1]
+        for gid in (1, 3):
+            o, r, term, trunc, restarted, infos = got[gid]
+            assert restarted and trunc and not term and r == 0.0
+            pos = infos["env_ids"].tolist().index(gid)
+            np.testing.assert_array_equal(infos["final_obs"][pos], obs[gid])  # last observation seen
+            np.testing.assert_array_equal(o, [0.0])  # a fresh episode
+        for gid in (0, 2):
+            assert got[gid][3] == False and got[gid][1] == 1.0  # noqa: E712
+        # the rollout goes on
+        obs, reward, term, trunc, _ = envs.step(np.zeros((4, 1)))
+        assert not trunc.any() and reward.tolist() == [1.0] * 4
+    finally:
+        envs.close()
+    assert fastenv_segments() == []
+
+
+def test_stuck_worker_is_killed_after_step_timeout(tmp_path):
+    gate = tmp_path / "gate"
+    envs = PipelineVectorEnv([lambda g=str(gate): GateEnv(gate=g)] * 2, num_workers=2, step_timeout=1.0)
+    try:
+        envs.reset(seed=0)
+        old = envs.worker_pids
+        gate.touch()  # every step now waits on the gate: both workers go silent
+        envs.send(np.zeros((2, 1)), env_ids=[0, 1])
+        seen = {}
+        while len(seen) < 2:
+            _, reward, term, trunc, infos = envs.recv(max_batch=2, timeout=30)
+            for pos, gid in enumerate(infos["env_ids"].tolist()):
+                seen[gid] = (bool(trunc[pos]), bool(term[pos]), bool(infos["_worker_restarted"][pos]), reward[pos])
+        assert seen == {0: (True, False, True, 0.0), 1: (True, False, True, 0.0)}
+        assert not set(old) & set(envs.worker_pids)  # both were replaced
+        gate.unlink()
+        _, reward, _, trunc, _ = envs.step(np.zeros((2, 1)))
+        assert reward.tolist() == [1.0, 1.0] and not trunc.any()
+    finally:
+        envs.close()
+
+
+def test_dynamic_batching_serves_ready_envs_first(tmp_path):
+    gate = tmp_path / "gate"
+    fns = [lambda g=str(gate): GateEnv(gate=g), GateEnv, lambda g=str(gate): GateEnv(gate=g), GateEnv]
+    envs = PipelineVectorEnv(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        gate.touch()  # envs 0 and 2 (both on worker 0) wait; envs 1 and 3 do not
+        envs.send(np.zeros((4, 1)), env_ids=[0, 1, 2, 3])
+        _, _, _, _, infos = envs.recv(max_batch=2)
+        assert sorted(infos["env_ids"].tolist()) == [1, 3]
+        envs.send(np.zeros((2, 1)), env_ids=[1, 3])
+        _, _, _, _, infos = envs.recv(max_batch=4, timeout=0.2)  # 0 and 2 still held: partial batch
+        assert sorted(infos["env_ids"].tolist()) == [1, 3]
+        gate.unlink()
+        _, _, _, _, infos = envs.recv(max_batch=4)
+        assert sorted(infos["env_ids"].tolist()) == [0, 2]
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_shared_physics_keeps_simulated_time_per_action(stages):
+    envs = PipelineVectorEnv([make_shared_world_env] * (2 * stages), num_workers=2, pipeline_stages=stages)
+    try:
+        assert envs.shared_physics and envs.physics_scaled == (stages > 1)
+        envs.reset(seed=0)
+        m = envs.layout.stage_size
+        times = {k: [] for k in range(stages)}
+        for k in range(stages):
+            envs.send(np.zeros((m, 3)), stage=k)
+        for _ in range(6):
+            for k in range(stages):
+                obs, *_ = envs.recv(stage=k)
+                times[k].append(obs["sim_time"][:, 0].copy())
+                envs.send(np.zeros((m, 3)), stage=k)
+        for k in range(stages):
+            deltas = np.diff(np.array(times[k]), axis=0)
+            # one action of an env = one base physics step of simulated time, whatever S is
+            np.testing.assert_allclose(deltas, 0.01, rtol=1e-9)
+    finally:
+        envs.close()
