@@ -20,7 +20,9 @@ def test_import_is_light():
 
 def test_env_ids_registered():
     assert "fastenv/Libero-v0" in gym.registry
-    assert gym.registry["fastenv/Libero-v0"].entry_point == "fastenv.backends.libero:make_env"
+    spec = gym.registry["fastenv/Libero-v0"]
+    assert spec.entry_point == "fastenv.backends.libero:make_env"
+    assert spec.vector_entry_point == "fastenv.backends.libero:make_vec"
 
 
 def test_missing_simulator_names_the_extra(monkeypatch):

@@ -5,12 +5,19 @@ from __future__ import annotations
 import gymnasium as gym
 
 ENV_IDS = {
-    "fastenv/Libero-v0": "fastenv.backends.libero:make_env",
+    "fastenv/Libero-v0": ("fastenv.backends.libero:make_env", "fastenv.backends.libero:make_vec"),
 }
 
 
 def register_envs() -> None:
     """Register the fastenv ids with Gymnasium (idempotent)."""
-    for env_id, entry_point in ENV_IDS.items():
+    for env_id, (entry_point, vector_entry_point) in ENV_IDS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)
+            # No passive checker: with num_envs the env is batched (array rewards), which it would
+            # warn about; check_env still passes on the single env.
+            gym.register(
+                id=env_id,
+                entry_point=entry_point,
+                vector_entry_point=vector_entry_point,
+                disable_env_checker=True,
+            )

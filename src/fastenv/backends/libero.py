@@ -437,6 +437,7 @@ def make_env(
     suite: str = "libero_10",
     task_id: int = 0,
     *,
+    num_envs: int | None = None,
     chunk: int | None = 8,
     modalities: Sequence[str] | None = DEFAULT_MODALITIES,
     camera_size: int | tuple[int, int] = 128,
@@ -445,6 +446,7 @@ def make_env(
     init_state_id: int | None = None,
     render_mode: str | None = None,
     hard_reset: bool = True,
+    **vector_options: Any,
 ) -> Any:
     """Build a slim, headless, chunked LIBERO env (the ``fastenv/Libero-v0`` entry point).
 
@@ -459,12 +461,24 @@ def make_env(
         init_state_id: fixed init state; None draws one per reset from the seed.
         render_mode: None or "rgb_array".
         hard_reset: reload the model at each reset (robosuite's default).
+        num_envs: with a value, N envs in worker processes, returned batched as one env; the
+            vector options (``num_workers``, ``pipeline_stages``, ...) may be passed too.
 
     Example:
         >>> env = gym.make("fastenv/Libero-v0", suite="libero_10", task_id=0, chunk=8)
     """
     from fastenv.core import SimEnv
     from fastenv.wrappers import wrap
+
+    if num_envs is not None or vector_options:
+        from fastenv.vector import BatchedEnv
+
+        single = dict(
+            suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
+            gamma=gamma, max_episode_steps=max_episode_steps, init_state_id=init_state_id,
+            render_mode=render_mode, hard_reset=hard_reset,
+        )
+        return BatchedEnv(make_vec(1 if num_envs is None else num_envs, **vector_options, **single))
 
     task = LiberoTask.load(suite, task_id)
     adapter = LiberoAdapter(
@@ -479,3 +493,27 @@ def make_env(
         max_episode_steps = adapter.default_max_episode_steps
     env = SimEnv(adapter, max_episode_steps=max_episode_steps)
     return wrap(env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma)
+
+
+def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
+    """N LIBERO envs in a ``PipelineVectorEnv`` (the ``fastenv/Libero-v0`` vector entry point).
+
+    ``kwargs`` are ``make_env``'s (suite, task_id, chunk, ...) and the vector options
+    (num_workers, pipeline_stages, step_timeout, threads_per_worker, ...).
+
+    Example:
+        >>> envs = gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2, pipeline_stages=2, chunk=8)
+    """
+    from fastenv.vector import make_pipeline
+    from fastenv.vector.factory import VECTOR_OPTIONS
+
+    unknown = sorted(set(kwargs) - set(VECTOR_OPTIONS) - _ENV_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown option(s) {unknown}; env options: {sorted(_ENV_OPTIONS)}, vector options: {list(VECTOR_OPTIONS)}")
+    return make_pipeline(make_env, num_envs, **kwargs)
+
+
+_ENV_OPTIONS = {
+    "suite", "task_id", "chunk", "modalities", "camera_size", "gamma", "max_episode_steps",
+    "init_state_id", "render_mode", "hard_reset",
+}

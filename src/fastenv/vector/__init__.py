@@ -1,6 +1,8 @@
 """Vector envs: workers, shared-memory transport, pipeline stages and dynamic batching."""
 
+from fastenv.vector.batched import BatchedEnv
+from fastenv.vector.factory import make_pipeline
 from fastenv.vector.layout import Layout
 from fastenv.vector.pipeline import PipelineVectorEnv, WorkerError
 
-__all__ = ["Layout", "PipelineVectorEnv", "WorkerError"]
+__all__ = ["BatchedEnv", "Layout", "PipelineVectorEnv", "WorkerError", "make_pipeline"]

@@ -1,0 +1,157 @@
+"""Vector-env overhead: 8 CartPole envs, fastenv (2 workers) vs Gymnasium, SB3 and PufferLib.
+
+The vector envs are timed in interleaved rounds (each built, timed and closed in turn) so the
+ratios are measured side by side. Writes JSON (medians, ratios) to --out.
+
+    python benchmarks/bench_vector_overhead.py --rounds 5 --steps 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import machine, print_table, write_json  # noqa: E402
+
+NUM_ENVS = 8
+
+
+def make_cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def gymnasium_async():
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+    envs = AsyncVectorEnv([make_cartpole] * NUM_ENVS, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.reset(seed=0)
+    return envs.step, envs.close
+
+
+def gymnasium_sync():
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    envs = SyncVectorEnv([make_cartpole] * NUM_ENVS, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.reset(seed=0)
+    return envs.step, envs.close
+
+
+def fastenv_pipeline(workers: int):
+    def build():
+        from fastenv.vector import PipelineVectorEnv
+
+        envs = PipelineVectorEnv([make_cartpole] * NUM_ENVS, num_workers=workers)
+        envs.reset(seed=0)
+        return envs.step, envs.close
+
+    return build
+
+
+def sb3_subproc():
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    envs = SubprocVecEnv([make_cartpole] * NUM_ENVS)
+    envs.reset()
+
+    def step(actions):
+        envs.step_async(actions)
+        return envs.step_wait()
+
+    return step, envs.close
+
+
+def pufferlib_multiprocessing():
+    import pufferlib.emulation
+    import pufferlib.vector
+
+    def creator(buf=None, seed=0):
+        return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_cartpole, buf=buf, seed=seed)
+
+    envs = pufferlib.vector.make(
+        creator, backend=pufferlib.vector.Multiprocessing, num_envs=NUM_ENVS, num_workers=2, batch_size=NUM_ENVS
+    )
+    envs.reset(seed=0)
+    return envs.step, envs.close
+
+
+CANDIDATES: dict[str, Callable] = {
+    "gymnasium AsyncVectorEnv (8 processes)": gymnasium_async,
+    "fastenv PipelineVectorEnv (2 workers)": fastenv_pipeline(2),
+    "gymnasium SyncVectorEnv (1 process)": gymnasium_sync,
+    "SB3 SubprocVecEnv (8 processes)": sb3_subproc,
+    "PufferLib Multiprocessing (2 workers)": pufferlib_multiprocessing,
+}
+BASELINE = "gymnasium AsyncVectorEnv (8 processes)"
+FASTENV = "fastenv PipelineVectorEnv (2 workers)"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2000, help="vector steps per config per round")
+    parser.add_argument("--out", default="results/bench_vector_overhead.json")
+    args = parser.parse_args(argv)
+
+    # Each round builds, warms up, times and closes every vector env in turn, so no idle (or
+    # busy-polling) worker of one config runs while another is timed.
+    actions = np.random.default_rng(0).integers(0, 2, (args.steps, NUM_ENVS))
+    samples: dict[str, list[float]] = {}
+    skipped: dict[str, str] = {}
+    for r in range(args.rounds):
+        for name, build in CANDIDATES.items():
+            if name in skipped:
+                continue
+            try:
+                step, close = build()
+            except ImportError as exc:
+                skipped[name] = f"not installed: {exc}"
+                print(f"skipping {name}: {skipped[name]}")
+                continue
+            try:
+                for a in actions[:200]:
+                    step(a)
+                start = time.perf_counter()
+                for a in actions:
+                    step(a)
+                samples.setdefault(name, []).append(NUM_ENVS * args.steps / (time.perf_counter() - start))
+            finally:
+                close()
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n.split(' (')[0]} {s[-1]:,.0f}" for n, s in samples.items()), flush=True)
+
+    base = statistics.median(samples[BASELINE])
+    rows = [
+        {
+            "vector env": name,
+            "env_steps_per_s": statistics.median(s),
+            "x_async": statistics.median(s) / base,
+            "samples": s,
+        }
+        for name, s in samples.items()
+    ]
+    print()
+    print_table(rows, [("vector env", "vector env", "s"), ("env_steps_per_s", "env-steps/s", ",.0f"), ("x_async", "x AsyncVectorEnv", ".2f")])
+    payload = {
+        "benchmark": "vector_overhead",
+        "num_envs": NUM_ENVS,
+        "rounds": args.rounds,
+        "steps_per_round": args.steps,
+        "results": rows,
+        "skipped": skipped,
+        "fastenv_vs_async": statistics.median(samples[FASTENV]) / base,
+        "machine": machine(),
+    }
+    print(f"\nfastenv / gymnasium AsyncVectorEnv: {payload['fastenv_vs_async']:.2f}x")
+    print(f"wrote {write_json(args.out, payload)}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

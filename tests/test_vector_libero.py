@@ -1,0 +1,68 @@
+"""The vector layer on the real LIBERO simulator, compared with Gymnasium's SyncVectorEnv."""
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from helpers import assert_same, without_legacy_keys
+from fastenv.vector import BatchedEnv, PipelineVectorEnv
+
+pytestmark = pytest.mark.libero
+
+ENV_KWARGS = dict(suite="libero_10", task_id=0, chunk=4, camera_size=32, max_episode_steps=10)
+
+
+def test_libero_vector_env_matches_sync_vector_env_with_final_observations():
+    from fastenv.backends.libero import make_env
+
+    ours = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **ENV_KWARGS)
+    ref = SyncVectorEnv([functools.partial(make_env, **ENV_KWARGS)] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        assert isinstance(ours, PipelineVectorEnv)
+        assert ours.single_observation_space == ref.single_observation_space
+        assert_same(ours.reset(seed=3), ref.reset(seed=3), "reset")
+        rng = np.random.default_rng(0)
+        finals = 0
+        for t in range(7):  # 10-step episodes in chunks of 4: ends at the 3rd chunk, then again
+            actions = rng.uniform(-1, 1, (2, 4, 7)).astype(np.float32)
+            out = ours.step(actions)
+            ref_out = ref.step(actions)
+            for name, a, b in zip(("obs", "reward", "terminated", "truncated"), out[:4], ref_out[:4]):
+                assert_same(a, b, f"step {t} {name}")
+            infos = without_legacy_keys(out[4])
+            assert_same(infos, ref_out[4], f"step {t} infos")  # final_obs, final_info, chunk infos
+            finals += int(infos["_final_obs"].sum()) if "final_obs" in infos else 0
+        assert finals == 4
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_make_with_num_envs_returns_the_batched_env_with_stages():
+    env = gym.make("fastenv/Libero-v0", num_envs=2, num_workers=1, pipeline_stages=2, **ENV_KWARGS)
+    try:
+        batched = env.unwrapped
+        assert isinstance(batched, BatchedEnv)
+        assert env.observation_space["agentview_image"].shape == (2, 32, 32, 3)
+        assert env.action_space.shape == (2, 4, 7)
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.contains(obs)
+        batched.send(np.zeros((1, 4, 7), np.float32), stage=1)
+        batched.send(np.zeros((1, 4, 7), np.float32), stage=0)
+        obs1, reward1, *_ = batched.recv(stage=1)
+        obs0, reward0, *_ = batched.recv(stage=0)
+        assert obs0["agentview_image"].shape == (1, 32, 32, 3) and reward0.shape == (1,)
+        obs, reward, term, trunc, _ = env.step(np.zeros((2, 4, 7), np.float32))
+        assert reward.shape == (2,) and term.dtype == np.bool_
+    finally:
+        env.close()
+
+
+def test_unknown_vector_option_is_named():
+    from fastenv.backends.libero import make_vec
+
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['num_worker'\]"):
+        make_vec(2, num_worker=2)
