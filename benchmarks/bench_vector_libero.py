@@ -252,7 +252,7 @@ def bench_longtail(args: argparse.Namespace) -> dict[str, Any]:
                 dyn_envs.send(chunk_actions(len(ids), args.chunk, rng), env_ids=ids)
                 sent += len(ids)
         elapsed = time.perf_counter() - start
-        while (dyn_envs._status != 0).any():  # collect what is still in flight (not timed)
+        while len(dyn_envs.in_flight()):  # collect what is still in flight (not timed)
             dyn_envs.recv(max_batch=n)
         return done * args.chunk / elapsed, episodes
 

@@ -446,6 +446,7 @@ def make_env(
     init_state_id: int | None = None,
     render_mode: str | None = None,
     hard_reset: bool = True,
+    flatten: bool = False,
     **vector_options: Any,
 ) -> Any:
     """Build a slim, headless, chunked LIBERO env (the ``fastenv/Libero-v0`` entry point).
@@ -461,6 +462,7 @@ def make_env(
         init_state_id: fixed init state; None draws one per reset from the seed.
         render_mode: None or "rgb_array".
         hard_reset: reload the model at each reset (robosuite's default).
+        flatten: one float32 Box observation (kept keys concatenated) and flat (K*7) actions.
         num_envs: with a value, N envs in worker processes, returned batched as one env; the
             vector options (``num_workers``, ``pipeline_stages``, ...) may be passed too.
 
@@ -476,7 +478,7 @@ def make_env(
         single = dict(
             suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
             gamma=gamma, max_episode_steps=max_episode_steps, init_state_id=init_state_id,
-            render_mode=render_mode, hard_reset=hard_reset,
+            render_mode=render_mode, hard_reset=hard_reset, flatten=flatten,
         )
         return BatchedEnv(make_vec(1 if num_envs is None else num_envs, **vector_options, **single))
 
@@ -492,7 +494,7 @@ def make_env(
     if max_episode_steps is None:
         max_episode_steps = adapter.default_max_episode_steps
     env = SimEnv(adapter, max_episode_steps=max_episode_steps)
-    return wrap(env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma)
+    return wrap(env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma, flatten=flatten)
 
 
 def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
@@ -515,5 +517,5 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
 
 _ENV_OPTIONS = {
     "suite", "task_id", "chunk", "modalities", "camera_size", "gamma", "max_episode_steps",
-    "init_state_id", "render_mode", "hard_reset",
+    "init_state_id", "render_mode", "hard_reset", "flatten",
 }

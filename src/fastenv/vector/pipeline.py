@@ -646,14 +646,33 @@ class PipelineVectorEnv(VectorEnv):
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` (or read it, if not callable) on every env; results in env order."""
+        return self.call_at(None, name, *args, **kwargs)
+
+    def call_at(self, env_ids: Sequence[int] | None, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """``call`` on some envs only (None: all); results in the order of ``env_ids``."""
+        return self._call(env_ids, name, args, kwargs)
+
+    def apply(self, fn: Callable[..., Any], *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any) -> tuple[Any, ...]:
+        """Run ``fn(env, *args, **kwargs)`` inside the workers on each env (or ``env_ids``).
+
+        Example:
+            >>> envs.apply(lambda env: type(env.unwrapped).__name__)
+        """
+        return self._call(env_ids, _EnvFns([fn]), args, kwargs)
+
+    def _call(self, env_ids: Sequence[int] | None, target: Any, args: tuple, kwargs: dict) -> tuple[Any, ...]:
         self._check_open()
+        gids = np.arange(self.num_envs) if env_ids is None else self.layout.check_env_ids(env_ids)
         results: dict[int, Any] = {}
         commands = []
+        owners = gids % self.num_workers
         for worker in self._workers:
+            mine = gids[owners == worker.index].tolist()
+            if not mine:
+                continue
             self._ensure_alive(worker)
-            gids = worker.env_ids.tolist()
-            cmd = self._new_command(worker, w.CALL, gids)
-            self._send(worker, (w.CALL, cmd, gids, name, args, kwargs))
+            cmd = self._new_command(worker, w.CALL, mine)
+            self._send(worker, (w.CALL, cmd, mine, target, args, kwargs))
             commands.append(cmd)
         self._wait(lambda: all(self._commands[c].done for c in commands))
         for cmd in commands:
@@ -661,7 +680,7 @@ class PipelineVectorEnv(VectorEnv):
             if isinstance(command.result, Exception):
                 raise command.result
             results.update(zip(command.gids, command.result))
-        return tuple(results[i] for i in range(self.num_envs))
+        return tuple(results[i] for i in gids.tolist())
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """The attribute ``name`` of every env."""
@@ -689,6 +708,10 @@ class PipelineVectorEnv(VectorEnv):
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
+
+    def in_flight(self) -> np.ndarray:
+        """Ids of the envs whose actions were sent and whose results were not yet received."""
+        return np.flatnonzero(self._status != IDLE)
 
     @property
     def worker_pids(self) -> list[int]:

@@ -106,11 +106,16 @@ class WorkerCore:
         self.truncations[row] = False
         return info
 
-    def call(self, gids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
+    def call(self, gids: Sequence[int], target: Any, args: tuple, kwargs: dict) -> list[Any]:
+        """Call a method (or read an attribute) by name, or apply a function, on each env."""
         out = []
         for gid in gids:
-            attr = self.envs[self.local[gid]].get_wrapper_attr(name)
-            out.append(attr(*args, **kwargs) if callable(attr) else attr)
+            env = self.envs[self.local[gid]]
+            if isinstance(target, str):
+                attr = env.get_wrapper_attr(target)
+                out.append(attr(*args, **kwargs) if callable(attr) else attr)
+            else:  # a function shipped with cloudpickle (PipelineVectorEnv.apply)
+                out.append(target.fns[0](env, *args, **kwargs))
         return out
 
     def set_attr(self, gids: Sequence[int], name: str, values: Sequence[Any]) -> None:

@@ -2,8 +2,14 @@
 
 from fastenv.wrappers.action import ActionChunk, chunk_space
 from fastenv.wrappers.base import FastenvWrapper
+from fastenv.wrappers.flatten import FlattenActionChunk, FlattenModalities
 from fastenv.wrappers.observation import PruneModalities
 from fastenv.wrappers.rendering import HeadlessRender
 from fastenv.wrappers.stack import wrap
 
-__all__ = ["ActionChunk", "FastenvWrapper", "HeadlessRender", "PruneModalities", "chunk_space", "wrap"]
+__all__ = [
+    "ActionChunk",
+    "FastenvWrapper",
+    "FlattenActionChunk",
+    "FlattenModalities",
+    "HeadlessRender", "PruneModalities", "chunk_space", "wrap"]

@@ -9,6 +9,7 @@ import gymnasium as gym
 
 from fastenv.core import as_sim_env
 from fastenv.wrappers.action import ActionChunk
+from fastenv.wrappers.flatten import FlattenActionChunk, FlattenModalities
 from fastenv.wrappers.observation import PruneModalities
 from fastenv.wrappers.rendering import HeadlessRender
 
@@ -21,12 +22,14 @@ def wrap(
     headless: bool = True,
     render_mode: str | None = None,
     gamma: float | None = None,
+    flatten: bool = False,
 ) -> gym.Env:
     """Apply fastenv's stack to an env you already have.
 
-    The order is fixed: simulator adapter -> HeadlessRender -> PruneModalities -> ActionChunk.
-    Headless comes first so no viewer is ever drawn; pruning comes before chunking so the chunked
-    env's observation space is the pruned one.
+    The order is fixed: simulator adapter -> HeadlessRender -> PruneModalities -> ActionChunk
+    [-> FlattenModalities -> FlattenActionChunk]. Headless comes first so no viewer is ever drawn;
+    pruning comes before chunking so the chunked env's observation space is the pruned one;
+    flattening comes last, for libraries that want one Box in and one vector out.
 
     Args:
         env: a Gymnasium env, or a LIBERO env (``OffScreenRenderEnv``).
@@ -35,6 +38,7 @@ def wrap(
         headless: close viewers and render only to arrays.
         render_mode: with ``headless``, None or "rgb_array".
         gamma: discount inside a chunk (None sums rewards).
+        flatten: one float32 Box observation (the kept keys concatenated) and flat actions.
 
     Example:
         >>> env = fastenv.wrap(gym.make("CartPole-v1"), chunk=4)
@@ -50,4 +54,6 @@ def wrap(
         env = ActionChunk(env, chunk=chunk, gamma=gamma)
     elif gamma is not None:
         raise ValueError("gamma discounts rewards inside a chunk; pass chunk= as well")
+    if flatten:
+        env = FlattenActionChunk(FlattenModalities(env))
     return env

@@ -1,0 +1,104 @@
+"""Stable-Baselines3 through SB3VecEnv: same infos as SB3's own DummyVecEnv, bootstrap, PPO on LIBERO."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install "fastenv[sb3]")')
+
+from fakes import RandomLengthEnv  # noqa: E402
+from helpers import assert_same  # noqa: E402
+from stable_baselines3 import PPO  # noqa: E402
+from stable_baselines3.common.monitor import Monitor  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+
+from fastenv.integrations.sb3 import SB3VecEnv, make_vec_env  # noqa: E402
+from fastenv.vector import PipelineVectorEnv  # noqa: E402
+
+
+@pytest.fixture
+def pair():
+    ours = SB3VecEnv(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2))
+    ref = DummyVecEnv([RandomLengthEnv] * 4)
+    ours.seed(7)
+    ref.seed(7)
+    yield ours, ref
+    ours.close()
+    ref.close()
+
+
+def test_steps_and_infos_match_sb3s_dummy_vec_env(pair):
+    ours, ref = pair
+    assert_same(ours.reset(), ref.reset())
+    assert_same(ours.reset_infos, ref.reset_infos)
+    rng = np.random.default_rng(0)
+    truncated_seen = 0
+    for t in range(40):
+        actions = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+        obs, rew, done, infos = ours.step(actions)
+        ref_obs, ref_rew, ref_done, ref_infos = ref.step(actions)
+        assert_same(obs, ref_obs, f"obs {t}")
+        np.testing.assert_array_equal(rew, ref_rew)
+        np.testing.assert_array_equal(done, ref_done)
+        assert rew.dtype == ref_rew.dtype == np.float32
+        for i in range(4):
+            assert set(infos[i]) == set(ref_infos[i]), (t, i)
+            for key in ref_infos[i]:
+                assert_same(infos[i][key], ref_infos[i][key], f"step {t} env {i} {key}")
+            truncated_seen += int(infos[i]["TimeLimit.truncated"])
+        assert_same(ours.reset_infos, ref.reset_infos)
+    assert truncated_seen > 3
+
+
+def test_attributes_methods_and_wrappers(pair):
+    ours, _ = pair
+    assert ours.get_attr("max_len") == [12] * 4
+    ours.set_attr("max_len", 5, indices=[1, 2])
+    assert ours.get_attr("max_len") == [12, 5, 5, 12]
+    assert ours.get_attr("max_len", indices=2) == [5]
+    assert ours.env_method("reset", seed=3, indices=[0])[0][1] == {"length": RandomLengthEnv().reset(seed=3)[1]["length"]}
+    assert ours.env_is_wrapped(Monitor) == [False] * 4
+    assert ours.env_is_wrapped(gym.Wrapper, indices=[0]) == [False]
+    assert ours.render_mode is None
+
+
+def test_ppo_bootstraps_truncated_episodes_from_the_final_observations(pair):
+    ours, _ = pair
+    model = PPO("MultiInputPolicy", ours, n_steps=24, batch_size=48, n_epochs=1, seed=0, device="cpu")
+    seen = []
+    original = model.policy.obs_to_tensor
+
+    def spy(observation):
+        # In collect_rollouts, obs_to_tensor is only called on infos["terminal_observation"].
+        seen.append({k: np.array(v) for k, v in observation.items()})
+        return original(observation)
+
+    model.policy.obs_to_tensor = spy
+    finals = []
+    step = ours.step_wait
+
+    def recording_step_wait():
+        out = step()
+        finals.extend(info["terminal_observation"] for info in out[3] if info.get("TimeLimit.truncated"))
+        return out
+
+    ours.step_wait = recording_step_wait
+    model.learn(total_timesteps=48)
+    assert len(finals) > 0 and len(seen) == len(finals)
+    for got, want in zip(seen, finals):
+        assert_same(got, {k: np.asarray(v) for k, v in want.items()})
+
+
+@pytest.mark.libero
+def test_ppo_trains_on_libero_through_the_adapter():
+    venv = make_vec_env("fastenv/Libero-v0", 2, num_workers=2, chunk=4, camera_size=64, max_episode_steps=40)
+    try:
+        model = PPO("MultiInputPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+        before = [p.detach().clone() for p in model.policy.parameters()]
+        model.learn(total_timesteps=128)  # 128 chunks = 512 simulator steps
+        assert model.num_timesteps >= 128
+        changed = any(not np.array_equal(a.numpy(), b.detach().numpy()) for a, b in zip(before, model.policy.parameters()))
+        assert changed
+        assert len(model.ep_info_buffer) >= 2  # 40-step episodes in chunks of 4 ended, and were logged
+    finally:
+        venv.close()
