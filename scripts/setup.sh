@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Set up fastenv on a fresh Debian/Ubuntu machine: the EGL libraries MuJoCo renders with, a virtual
-# environment in .venv, and fastenv with the extras named in $1 (default: libero,test).
+# environment in .venv, and fastenv with the extras named in $1 (default: what the tests use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-libero,test}"
+extras="${1:-libero,test,sb3,bench}"
 apt_packages="libegl1 libegl-mesa0 libgl1 libosmesa6"
 
 if ! dpkg -s $apt_packages >/dev/null 2>&1; then
@@ -27,7 +27,7 @@ python="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 case ",$extras," in
   # torch==2.13.0 is the CPU wheel; an unpinned torch would pull several GB of CUDA packages.
-  *,torch,*|*,bench,*|*,sb3,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
+  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
 esac
 .venv/bin/python -m pip install -q -e ".[$extras]"
 echo "fastenv installed in .venv with extras [$extras]"

@@ -346,3 +346,25 @@ def test_shared_physics_keeps_simulated_time_per_action(stages):
             np.testing.assert_allclose(deltas, 0.01, rtol=1e-9)
     finally:
         envs.close()
+
+
+def test_per_env_final_info_for_cleanrl_style_loops():
+    envs = PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2, info_format="per_env")
+    try:
+        envs.reset(seed=3)
+        ended = 0
+        for _ in range(30):
+            _, _, term, trunc, infos = envs.step(np.zeros((4, 3), np.float32))
+            if "final_info" in infos:
+                assert infos["final_info"].dtype == object and infos["final_info"].shape == (4,)
+                for i, info in enumerate(infos["final_info"]):
+                    if term[i] or trunc[i]:
+                        assert isinstance(info, dict) and info["t"] >= 1
+                        ended += 1
+                    else:
+                        assert info is None
+        assert ended > 4
+    finally:
+        envs.close()
+    with pytest.raises(ValueError, match="info_format must be"):
+        PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1, info_format="list")

@@ -447,6 +447,7 @@ def make_env(
     render_mode: str | None = None,
     hard_reset: bool = True,
     flatten: bool = False,
+    episode_statistics: bool = False,
     **vector_options: Any,
 ) -> Any:
     """Build a slim, headless, chunked LIBERO env (the ``fastenv/Libero-v0`` entry point).
@@ -463,6 +464,7 @@ def make_env(
         render_mode: None or "rgb_array".
         hard_reset: reload the model at each reset (robosuite's default).
         flatten: one float32 Box observation (kept keys concatenated) and flat (K*7) actions.
+        episode_statistics: add ``info["episode"]`` (return, length, time) at each episode's end.
         num_envs: with a value, N envs in worker processes, returned batched as one env; the
             vector options (``num_workers``, ``pipeline_stages``, ...) may be passed too.
 
@@ -479,6 +481,7 @@ def make_env(
             suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
             gamma=gamma, max_episode_steps=max_episode_steps, init_state_id=init_state_id,
             render_mode=render_mode, hard_reset=hard_reset, flatten=flatten,
+            episode_statistics=episode_statistics,
         )
         return BatchedEnv(make_vec(1 if num_envs is None else num_envs, **vector_options, **single))
 
@@ -494,7 +497,12 @@ def make_env(
     if max_episode_steps is None:
         max_episode_steps = adapter.default_max_episode_steps
     env = SimEnv(adapter, max_episode_steps=max_episode_steps)
-    return wrap(env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma, flatten=flatten)
+    env = wrap(env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma, flatten=flatten)
+    if episode_statistics:
+        import gymnasium as gym
+
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+    return env
 
 
 def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
@@ -517,5 +525,5 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
 
 _ENV_OPTIONS = {
     "suite", "task_id", "chunk", "modalities", "camera_size", "gamma", "max_episode_steps",
-    "init_state_id", "render_mode", "hard_reset", "flatten",
+    "init_state_id", "render_mode", "hard_reset", "flatten", "episode_statistics",
 }

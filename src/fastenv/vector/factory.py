@@ -11,7 +11,17 @@ import gymnasium as gym
 from fastenv._validation import check_positive_int
 from fastenv.vector.pipeline import PipelineVectorEnv
 
-VECTOR_OPTIONS = ("num_workers", "pipeline_stages", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "context")
+VECTOR_OPTIONS = (
+    "num_workers",
+    "pipeline_stages",
+    "step_timeout",
+    "startup_timeout",
+    "threads_per_worker",
+    "max_restarts",
+    "spin_wait",
+    "info_format",
+    "context",
+)
 
 
 def make_pipeline(make_env: Callable[..., gym.Env], num_envs: int, **kwargs: Any) -> PipelineVectorEnv:

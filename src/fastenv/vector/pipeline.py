@@ -28,6 +28,15 @@ IDLE, PENDING, READY = 0, 1, 2
 _EMPTY: dict = {}  # shared, never mutated: the info of an env that reported none
 
 
+class _PerEnv:
+    """Marks an info dict to be kept whole (one object per env) rather than batched."""
+
+    __slots__ = ("info",)
+
+    def __init__(self, info: dict) -> None:
+        self.info = info
+
+
 class WorkerError(RuntimeError):
     """An env raised inside a worker process (the message carries the worker's traceback)."""
 
@@ -109,6 +118,9 @@ class PipelineVectorEnv(VectorEnv):
         max_restarts: restarts allowed per worker before the failure is raised.
         spin_wait: seconds a process polls for the next message (yielding its core) before it
             sleeps; trades a little CPU for much lower latency with fast envs. 0 disables.
+        info_format: "gymnasium" (``infos["final_info"]`` is a dict of arrays with ``_key`` masks)
+            or "per_env" (an array of N per-env dicts, None where no episode ended: the
+            convention of Gymnasium < 1.0 and of CleanRL's scripts).
         context: multiprocessing start method ("spawn" or "forkserver"; never "fork").
 
     Example:
@@ -126,6 +138,7 @@ class PipelineVectorEnv(VectorEnv):
         threads_per_worker: int | None = 1,
         max_restarts: int = 3,
         spin_wait: float = 2e-4,
+        info_format: str = "gymnasium",
         context: str = "spawn",
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
@@ -150,6 +163,9 @@ class PipelineVectorEnv(VectorEnv):
         if spin_wait < 0:
             raise ValueError(f"spin_wait must be >= 0 seconds, got {spin_wait}")
         self.spin_wait = float(spin_wait)
+        if info_format not in ("gymnasium", "per_env"):
+            raise ValueError(f"info_format must be 'gymnasium' or 'per_env', got {info_format!r}")
+        self.info_format = info_format
         self._ctx = mp.get_context(context)
         self._env_fns = env_fns
         self.num_envs = self.layout.num_envs
@@ -493,16 +509,21 @@ class PipelineVectorEnv(VectorEnv):
             if self._restart_result[gid]:
                 self._restart_result[gid] = False
                 rewards[pos], terminations[pos], truncations[pos] = 0.0, False, True
-                add_info(infos, {"final_obs": get_row(self._last_obs, gid), "final_info": {"worker_restarted": True}}, pos, size)
+                final = {"worker_restarted": True}
+                add_info(infos, {"final_obs": get_row(self._last_obs, gid), "final_info": _PerEnv(final) if self.info_format == "per_env" else final}, pos, size)
                 add_info(infos, {**self._info[gid], "worker_restarted": True}, pos, size)
                 continue
             final = self._final_info[gid]
             if final is not None:
+                if self.info_format == "per_env":
+                    final = _PerEnv(final)
                 add_info(infos, {"final_obs": get_row(self._final_obs, gid), "final_info": final}, pos, size)
             if self._info[gid]:
                 add_info(infos, self._info[gid], pos, size)
         put_rows(self._last_obs, rows, obs)
         self._status[gids] = IDLE
+        if "final_info" in infos and self.info_format == "per_env":
+            infos["final_info"] = np.array([None if f is None else f.info for f in infos["final_info"]], dtype=object)
         return obs, rewards, terminations, truncations, with_legacy_final_keys(infos)
 
     # -- public API -----------------------------------------------------------------------------

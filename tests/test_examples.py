@@ -1,0 +1,39 @@
+"""Every example runs end to end in a subprocess with a tiny budget."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+pytestmark = pytest.mark.libero
+
+
+def run(name: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_ppo_libero():
+    out = run("ppo_libero.py", "--total-steps", "256", "--num-envs", "2", "--num-workers", "1", "--num-steps", "8", "--max-episode-steps", "40")
+    assert "iteration 2: 256 simulator steps" in out
+
+
+def test_wrap_existing_env():
+    out = run("wrap_existing_env.py", "--chunks", "2", "--camera-size", "32")
+    assert "wrapped (1 camera, chunk 8)" in out and "['agentview_image', 'robot0_proprio-state']" in out
+    assert "sub-steps run 4" in out
+
+
+def test_make_vec_stages():
+    out = run("make_vec_stages.py", "--num-envs", "2", "--num-workers", "1", "--iterations", "3", "--camera-size", "32")
+    assert all(word in out for word in ("step():", "stages:", "dynamic batching:"))
+
+
+def test_sb3_ppo_libero():
+    pytest.importorskip("stable_baselines3", reason='needs pip install "fastenv[sb3]"')
+    out = run("sb3_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "48")
+    assert "trained 64 chunks" in out
