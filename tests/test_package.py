@@ -23,6 +23,8 @@ def test_env_ids_registered():
     spec = gym.registry["fastenv/Libero-v0"]
     assert spec.entry_point == "fastenv.backends.libero:make_env"
     assert spec.vector_entry_point == "fastenv.backends.libero:make_vec"
+    assert gym.registry["fastenv/Behavior-v0"].entry_point == "fastenv.backends.behavior:make_env"
+    assert gym.registry["fastenv/ManiSkill-v0"].vector_entry_point == "fastenv.backends.maniskill:make_vec"
 
 
 def test_missing_simulator_names_the_extra(monkeypatch):

@@ -6,6 +6,8 @@ import gymnasium as gym
 
 ENV_IDS = {
     "fastenv/Libero-v0": ("fastenv.backends.libero:make_env", "fastenv.backends.libero:make_vec"),
+    "fastenv/Behavior-v0": ("fastenv.backends.behavior:make_env", None),
+    "fastenv/ManiSkill-v0": ("fastenv.backends.maniskill:make_env", "fastenv.backends.maniskill:make_vec"),
 }
 
 

@@ -32,7 +32,8 @@ def wrap(
     flattening comes last, for libraries that want one Box in and one vector out.
 
     Args:
-        env: a Gymnasium env, or a LIBERO env (``OffScreenRenderEnv``).
+        env: a Gymnasium env, a LIBERO env (``OffScreenRenderEnv``), or a ManiSkill env (then
+            the result is a batched ``ManiSkillVectorEnv``, since ManiSkill envs are batched).
         chunk: sub-actions per action; None leaves the action space as it is.
         modalities: observation keys to keep; None keeps them all.
         headless: close viewers and render only to arrays.
@@ -43,6 +44,13 @@ def wrap(
     Example:
         >>> env = fastenv.wrap(gym.make("CartPole-v1"), chunk=4)
     """
+    if isinstance(env, gym.Env) and type(env.unwrapped).__module__.startswith("mani_skill."):
+        # ManiSkill envs are batched on one device: they become a batched vector env in place.
+        from fastenv.backends.maniskill import ManiSkillVectorEnv
+
+        if flatten or not headless:
+            raise ValueError("for ManiSkill envs wrap() takes chunk, modalities, gamma and render_mode")
+        return ManiSkillVectorEnv(env, modalities=modalities, chunk=chunk, gamma=gamma, render_mode=render_mode)
     env = as_sim_env(env)
     if headless:
         env = HeadlessRender(env, render_mode=render_mode)

@@ -1,0 +1,376 @@
+"""BEHAVIOR backend over OmniGibson (Isaac Sim), the only module that imports OmniGibson.
+
+Written against OmniGibson's released API as of v3.8.0 (BEHAVIOR-1K tag v3.8.0, Isaac Sim 5.1,
+Python 3.11; v3.7.x runs on Isaac Sim 4.5 with the same calls): ``og.Environment(configs)``
+with one scene per env, ``Environment._pre_step`` / ``task.step`` / ``get_obs``, and the
+simulator's ``render_on_step`` switch. The translation from fastenv's options to OmniGibson's
+macros and config (``omnigibson_settings``) is pure and tested without OmniGibson; the rest
+needs OmniGibson installed (see ``INSTALL_HINT``).
+
+How a headless rollout is built:
+
+- macros: ``HEADLESS``, ``ENABLE_FLATCACHE``, no viewer camera (``RENDER_VIEWER_CAMERA=False``),
+  no transition rules unless asked, no GPU dynamics, no HQ rendering, quiet Kit logs;
+- only the kept modalities are configured on the robot (default ``rgb`` + ``proprio``): a
+  vision sensor whose modalities are all pruned is not created at all; no sensor gets a
+  viewport (none is created headless without a ``viewport_name``);
+- sub-steps run the robot's action, physics and the task's reward/termination inside
+  ``og.sim.render_on_step(False)`` and skip ``get_obs``; the chunk's end renders and observes;
+- Isaac/carb thread pools are capped through ``SimulationApp``'s ``limit_cpu_threads`` (Kit
+  reads them at start-up; OmniGibson discards command-line flags).
+
+Resets: this OmniGibson line holds one scene per ``Environment`` and resets whole envs, so a
+fastenv vector env resets exactly the envs that ended (a partial reset across envs); one env
+has no finer reset.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import DependencyNotInstalled
+
+from fastenv._validation import check_positive_int
+from fastenv.backends.base import Info, ObsType, check_known_keys
+
+INSTALL_HINT = (
+    "OmniGibson is not installed. BEHAVIOR needs OmniGibson >= 3.7 from the BEHAVIOR-1K repository "
+    "(not PyPI: the 'omnigibson' package there is years stale): git clone -b v3.8.0 "
+    "https://github.com/StanfordVL/BEHAVIOR-1K && cd BEHAVIOR-1K && ./setup.sh --new-env --omnigibson "
+    "--bddl --dataset --accept-conda-tos --accept-nvidia-eula --accept-dataset-tos. It installs "
+    "Isaac Sim 5.1 (Python 3.11; Isaac Sim 4.5 and Python 3.10 for v3.7.x) and 30+ GB of assets, and "
+    "needs an NVIDIA RTX GPU (RTX 2070 or newer, 8 GB+ VRAM; data-centre GPUs without RT cores "
+    "render with artifacts) and 32 GB of RAM."
+)
+SENSOR_MODALITIES = ("rgb", "depth", "depth_linear", "normal", "seg_semantic", "seg_instance", "seg_instance_id")
+DEFAULT_MODALITIES = ("rgb", "proprio")
+RESET_OPTIONS = ()
+
+
+@dataclass(frozen=True)
+class BehaviorSettings:
+    """fastenv's options for a BEHAVIOR env (what ``gym.make("fastenv/Behavior-v0", ...)`` takes)."""
+
+    task: str = "turning_on_radio"
+    scene: str = "house_single_floor"
+    robot: str = "R1Pro"
+    activity_definition_id: int = 0
+    activity_instance_id: int = 0
+    modalities: tuple[str, ...] = DEFAULT_MODALITIES
+    camera_size: tuple[int, int] = (128, 128)
+    max_episode_steps: int = 500
+    action_frequency: int = 30
+    physics_frequency: int = 120
+    transition_rules: bool = False
+    threads: int | None = None
+    device: str | None = None
+    load_task_relevant_only: bool = False
+    extra_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("max_episode_steps", "action_frequency", "physics_frequency"):
+            check_positive_int(name, getattr(self, name))
+        if self.physics_frequency % self.action_frequency:
+            raise ValueError(
+                f"physics_frequency must be a multiple of action_frequency (OmniGibson runs whole physics "
+                f"steps per action); got {self.physics_frequency} and {self.action_frequency}"
+            )
+        if self.threads is not None:
+            check_positive_int("threads", self.threads)
+        check_known_keys(self.modalities, (*SENSOR_MODALITIES, "proprio"))
+
+
+def omnigibson_settings(settings: BehaviorSettings) -> dict[str, Any]:
+    """OmniGibson macros, ``og.Environment`` config and Kit launch settings for ``settings``.
+
+    Pure: it imports nothing from OmniGibson.
+
+    Example:
+        >>> omnigibson_settings(BehaviorSettings(task="turning_on_radio"))["macros"]["HEADLESS"]
+        True
+    """
+    height, width = settings.camera_size
+    sensor_modalities = [m for m in settings.modalities if m != "proprio"]
+    robot: dict[str, Any] = {
+        "type": settings.robot,
+        "name": "robot_r1" if settings.robot == "R1Pro" else "robot0",
+        "obs_modalities": list(settings.modalities),
+        "action_normalize": True,
+    }
+    if sensor_modalities:
+        robot["sensor_config"] = {
+            "VisionSensor": {
+                "modalities": sensor_modalities,
+                "sensor_kwargs": {"image_height": height, "image_width": width},
+            }
+        }
+    config: dict[str, Any] = {
+        "env": {
+            # Headless OmniGibson requires one render per action step.
+            "action_frequency": settings.action_frequency,
+            "rendering_frequency": settings.action_frequency,
+            "physics_frequency": settings.physics_frequency,
+            "device": settings.device,
+            "automatic_reset": False,  # fastenv's vector layer resets, in the same step
+            "flatten_action_space": True,
+            "flatten_obs_space": True,
+        },
+        "render": {"viewer_width": width, "viewer_height": height},
+        "scene": {
+            "type": "InteractiveTraversableScene",
+            "scene_model": settings.scene,
+            "load_task_relevant_only": settings.load_task_relevant_only,
+            "include_robots": False,
+        },
+        "robots": [robot],
+        "task": {
+            "type": "BehaviorTask",
+            "activity_name": settings.task,
+            "activity_definition_id": settings.activity_definition_id,
+            "activity_instance_id": settings.activity_instance_id,
+            "online_object_sampling": False,
+            "termination_config": {"max_steps": settings.max_episode_steps},
+            "include_obs": False,
+        },
+    }
+    _merge(config, copy.deepcopy(dict(settings.extra_config)))
+    macros = {
+        "HEADLESS": True,
+        "ENABLE_FLATCACHE": True,
+        "RENDER_VIEWER_CAMERA": False,
+        "ENABLE_OBJECT_STATES": True,  # BehaviorTask asserts it
+        "ENABLE_TRANSITION_RULES": settings.transition_rules,
+        "USE_GPU_DYNAMICS": False,
+        "ENABLE_HQ_RENDERING": False,
+        "NO_OMNI_LOGS": True,
+    }
+    launch: dict[str, Any] = {}
+    if settings.threads is not None:
+        launch["limit_cpu_threads"] = settings.threads
+        launch["extra_args"] = [
+            f"--/plugins/carb.tasking.plugin/threadCount={settings.threads}",
+            f"--/plugins/omni.tbb.globalcontrol/maxThreadCount={settings.threads}",
+        ]
+    return {"macros": macros, "config": config, "launch": launch}
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def _omnigibson(settings: dict[str, Any]) -> Any:
+    """Import OmniGibson with the macros and launch settings applied (they must precede import/launch)."""
+    try:
+        from omnigibson.macros import gm
+    except ImportError as exc:
+        raise DependencyNotInstalled(INSTALL_HINT) from exc
+    with gm.unlocked():
+        for name, value in settings["macros"].items():
+            setattr(gm, name, value)
+    import omnigibson as og
+    from omnigibson import lazy
+
+    if settings["launch"] and og.sim is None:
+        # Kit sizes its thread pools at start-up from SimulationApp's config; OmniGibson passes
+        # only its own keys, so add ours to the config it builds.
+        app_class = lazy.isaacsim.SimulationApp
+        extra = settings["launch"]
+
+        def app_with_limits(config: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            config = dict(config)
+            config["limit_cpu_threads"] = extra["limit_cpu_threads"]
+            config["extra_args"] = [*config.get("extra_args", []), *extra["extra_args"]]
+            return app_class(config, *args, **kwargs)
+
+        lazy.isaacsim.SimulationApp = app_with_limits
+    return og
+
+
+class BehaviorAdapter:
+    """One BEHAVIOR task in OmniGibson as a fastenv simulator adapter.
+
+    Envs built in one process share OmniGibson's single physics world (``shared_physics``): a
+    fastenv vector env with pipeline stages divides the physics step by the stages.
+    """
+
+    shared_physics = True
+    render_fps = 30
+
+    def __init__(self, settings: BehaviorSettings, *, render_mode: str | None = None) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"BEHAVIOR renders headless: render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.settings = settings
+        self.render_mode = render_mode
+        self._og_settings = omnigibson_settings(settings)
+        self._og = _omnigibson(self._og_settings)
+        self.env = self._og.Environment(configs=copy.deepcopy(self._og_settings["config"]))
+        self.action_space = self.env.action_space
+        self._full_space = self.env.observation_space
+        self.keys: tuple[str, ...] = tuple(self._full_space.spaces)
+        self.observation_space = self._full_space
+        sim = self._og.sim
+        self.base_physics_dt = float(sim.get_physics_dt()) if hasattr(sim, "get_physics_dt") else 1.0 / settings.physics_frequency
+        self._action_dt = 1.0 / settings.action_frequency
+        self._rendering_dt = 1.0 / settings.action_frequency
+
+    # -- keys ------------------------------------------------------------------------------------
+    def available_keys(self) -> tuple[str, ...]:
+        return tuple(self._full_space.spaces)
+
+    def select_keys(self, keys: Sequence[str] | None) -> None:
+        # The robot's sensors were configured with the kept modalities at construction;
+        # narrowing further filters the (flat) observation dict.
+        if keys is None:
+            self.keys, self.observation_space = tuple(self._full_space.spaces), self._full_space
+            return
+        self.keys = tuple(check_known_keys(keys, self.available_keys()))
+        self.observation_space = spaces.Dict({k: self._full_space[k] for k in self.keys})
+
+    def make_headless(self, render_mode: str | None) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"a headless env renders to None or 'rgb_array', got {render_mode!r}")
+        self.render_mode = render_mode  # gm.HEADLESS and no viewer camera were set before launch
+
+    # -- physics time ----------------------------------------------------------------------------
+    def set_physics_dt(self, dt: float) -> None:
+        """Scale the whole step (physics, rendering, action) so physics steps are ``dt`` long."""
+        scale = dt / self.base_physics_dt
+        self._og.sim.set_simulation_dt(
+            physics_dt=dt, rendering_dt=self._rendering_dt * scale, sim_step_dt=self._action_dt * scale
+        )
+
+    # -- episode ---------------------------------------------------------------------------------
+    def _obs(self) -> dict[str, Any]:
+        obs, _ = self.env.get_obs()
+        return {key: _to_numpy(obs[key]) for key in self.keys}
+
+    def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
+        if options:
+            raise ValueError(f"unknown reset option(s) {sorted(options)}; BEHAVIOR takes none")
+        self.env.reset(get_obs=False)
+        self._og.sim.render()  # camera buffers lag the state by a render
+        return self._obs(), {"task": self.settings.task}
+
+    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
+        og = self._og
+        with og.sim.render_on_step(False):
+            self.env._pre_step(action)  # split the flat action over the robots and apply it
+            og.sim.step()
+        reward, done, info = self.env.task.step(self.env, action)
+        self.env._current_step += 1  # what _post_step counts; the timeout condition reads it
+        return float(reward), *self._split_done(bool(done), info)
+
+    def _split_done(self, done: bool, info: dict[str, Any]) -> tuple[bool, bool, Info]:
+        return split_done(done, info)
+
+    def observe(self) -> ObsType:
+        self._og.sim.render()
+        return self._obs()
+
+    def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
+        reward, terminated, truncated, info = self.substep(action)
+        return self.observe(), reward, terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        for key in self.keys:
+            if key.endswith("::rgb"):
+                return np.asarray(self._obs()[key])[..., :3]
+        return None
+
+    def close(self) -> None:
+        if self.env is not None:
+            close = getattr(self.env, "close", None)
+            if close is not None:
+                close()
+            self.env = None
+
+
+def split_done(done: bool, info: Mapping[str, Any]) -> tuple[bool, bool, Info]:
+    """(terminated, truncated, info) from a BEHAVIOR task's ``done``, as OmniGibson splits it.
+
+    The ``timeout`` termination condition is a truncation; any other condition that fired
+    (the BDDL goal, a failure) terminates.
+    """
+    status = info.get("done", {})
+    conditions = status.get("termination_conditions", {})
+    terminated = done and any(c.get("done", False) for name, c in conditions.items() if name != "timeout")
+    if done and not conditions:
+        terminated = True
+    return terminated, done and not terminated, {"success": bool(status.get("success", False))}
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "cpu"):
+        value = value.cpu().numpy()
+    array = np.asarray(value)
+    if array.ndim == 3 and array.shape[-1] == 4 and array.dtype == np.uint8:  # RGBA from Replicator
+        array = array[..., :3]
+    return array
+
+
+def make_env(
+    task: str = "turning_on_radio",
+    *,
+    chunk: int | None = 32,
+    num_envs: int | None = None,
+    pipeline_stages: int = 1,
+    scene: str = "house_single_floor",
+    robot: str = "R1Pro",
+    modalities: Sequence[str] = DEFAULT_MODALITIES,
+    camera_size: int | tuple[int, int] = 128,
+    max_episode_steps: int = 500,
+    gamma: float | None = None,
+    threads: int | None = None,
+    render_mode: str | None = None,
+    **options: Any,
+) -> Any:
+    """A headless, chunked BEHAVIOR env (``gym.make("fastenv/Behavior-v0", ...)``).
+
+    With ``pipeline_stages > 1`` or ``num_envs``, the envs run in fastenv's vector env (one
+    env per stage by default) and are returned batched as one env.
+
+    Example:
+        >>> env = gym.make("fastenv/Behavior-v0", task="turning_on_radio", chunk=32, pipeline_stages=2)
+    """
+    if importlib.util.find_spec("omnigibson") is None:  # before any worker is spawned
+        raise DependencyNotInstalled(INSTALL_HINT)
+    size = (camera_size, camera_size) if isinstance(camera_size, int) else tuple(camera_size)
+    vector_keys = {"num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context"}
+    vector = {k: options.pop(k) for k in list(options) if k in vector_keys}
+    settings = BehaviorSettings(
+        task=task, scene=scene, robot=robot, modalities=tuple(modalities), camera_size=size,
+        max_episode_steps=max_episode_steps, threads=threads, **options,
+    )
+    if num_envs is not None or pipeline_stages > 1:
+        from fastenv.vector import BatchedEnv, make_pipeline
+
+        n = pipeline_stages if num_envs is None else num_envs
+        vector.setdefault("startup_timeout", 1800.0)  # Isaac Sim's first launch builds shader caches
+        return BatchedEnv(
+            make_pipeline(
+                _make_single, n, pipeline_stages=pipeline_stages, settings=settings, chunk=chunk,
+                gamma=gamma, render_mode=render_mode, **vector,
+            )
+        )
+    return _make_single(settings=settings, chunk=chunk, gamma=gamma, render_mode=render_mode)
+
+
+def _make_single(*, settings: BehaviorSettings, chunk: int | None, gamma: float | None, render_mode: str | None) -> Any:
+    from fastenv.core import SimEnv
+    from fastenv.wrappers import wrap
+
+    adapter = BehaviorAdapter(settings, render_mode=render_mode)
+    env = SimEnv(adapter, max_episode_steps=settings.max_episode_steps)
+    return wrap(env, chunk=chunk, render_mode=render_mode, gamma=gamma)
