@@ -3,7 +3,7 @@
 # environment in .venv, and fastenv with the extras named in $1 (default: what the tests use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-libero,test,sb3,bench}"
+extras="${1:-libero,test,sb3,bench,ray}"
 apt_packages="libegl1 libegl-mesa0 libgl1 libosmesa6"
 
 if ! dpkg -s $apt_packages >/dev/null 2>&1; then

@@ -3,6 +3,7 @@
 from fastenv.vector.batched import BatchedEnv
 from fastenv.vector.factory import make_pipeline
 from fastenv.vector.layout import Layout
-from fastenv.vector.pipeline import PipelineVectorEnv, WorkerError
+from fastenv.vector.pipeline import PipelineVectorEnv
+from fastenv.vector.transport import WorkerError
 
 __all__ = ["BatchedEnv", "Layout", "PipelineVectorEnv", "WorkerError", "make_pipeline"]

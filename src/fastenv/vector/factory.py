@@ -21,6 +21,8 @@ VECTOR_OPTIONS = (
     "spin_wait",
     "info_format",
     "context",
+    "backend",
+    "ray_options",
 )
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
-import select
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -22,7 +20,8 @@ from fastenv._validation import check_batch_actions, check_positive_int
 from fastenv.vector import worker as w
 from fastenv.vector.infos import add_info, with_legacy_final_keys
 from fastenv.vector.layout import Layout
-from fastenv.vector.shared import SharedArrays, get_row, leaf_specs, put_rows, structure, take_rows
+from fastenv.vector.shared import get_row, put_rows, take_rows
+from fastenv.vector.transport import EnvFns, ProcessTransport, Transport, Worker, WorkerError
 
 IDLE, PENDING, READY = 0, 1, 2
 _EMPTY: dict = {}  # shared, never mutated: the info of an env that reported none
@@ -37,34 +36,6 @@ class _PerEnv:
         self.info = info
 
 
-class WorkerError(RuntimeError):
-    """An env raised inside a worker process (the message carries the worker's traceback)."""
-
-
-class _EnvFns:
-    """Env constructors, pickled with cloudpickle so lambdas and closures reach spawned workers."""
-
-    def __init__(self, fns: Sequence[Callable[[], gym.Env]]) -> None:
-        self.fns = list(fns)
-
-    def __getstate__(self) -> bytes:
-        return cloudpickle.dumps(self.fns)
-
-    def __setstate__(self, state: bytes) -> None:
-        self.fns = cloudpickle.loads(state)
-
-
-@dataclass
-class _Worker:
-    index: int
-    env_ids: np.ndarray
-    process: Any = None
-    conn: Any = None
-    deadline: float = float("inf")
-    restarts: int = 0
-    commands: set[int] = field(default_factory=set)
-
-
 @dataclass
 class _Command:
     worker: int
@@ -73,21 +44,6 @@ class _Command:
     per_env: bool = False
     result: Any = None
     done: bool = False
-
-
-@contextlib.contextmanager
-def _environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration of a child's start (it inherits them)."""
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
@@ -122,6 +78,11 @@ class PipelineVectorEnv(VectorEnv):
             or "per_env" (an array of N per-env dicts, None where no episode ended: the
             convention of Gymnasium < 1.0 and of CleanRL's scripts).
         context: multiprocessing start method ("spawn" or "forkserver"; never "fork").
+        backend: "local" (worker processes on this machine) or "ray" (workers as Ray actors
+            across a cluster; pip install "fastenv[ray]").
+        ray_options: with backend="ray": ``address`` (None starts or joins a local cluster),
+            ``num_cpus``, ``num_gpus`` and ``resources`` per worker, ``placement_strategy``
+            ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"), ``runtime_env``.
 
     Example:
         >>> envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2, pipeline_stages=2)
@@ -140,6 +101,8 @@ class PipelineVectorEnv(VectorEnv):
         spin_wait: float = 2e-4,
         info_format: str = "gymnasium",
         context: str = "spawn",
+        backend: str = "local",
+        ray_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         env_fns = list(env_fns)
@@ -166,7 +129,17 @@ class PipelineVectorEnv(VectorEnv):
         if info_format not in ("gymnasium", "per_env"):
             raise ValueError(f"info_format must be 'gymnasium' or 'per_env', got {info_format!r}")
         self.info_format = info_format
-        self._ctx = mp.get_context(context)
+        if backend == "local":
+            if ray_options is not None:
+                raise ValueError("ray_options are for backend='ray'")
+            self._transport: Transport = ProcessTransport(mp.get_context(context), pipeline_stages, threads_per_worker, self.spin_wait)
+        elif backend == "ray":
+            from fastenv.vector.ray_backend import RayTransport
+
+            self._transport = RayTransport(dict(ray_options or {}), self.layout.num_workers, pipeline_stages, threads_per_worker)
+        else:
+            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+        self.backend = backend
         self._env_fns = env_fns
         self.num_envs = self.layout.num_envs
         self.num_workers = self.layout.num_workers
@@ -184,12 +157,9 @@ class PipelineVectorEnv(VectorEnv):
         self._commands: dict[int, _Command] = {}
         self._next_cmd = 0
         self._seed_base: int | None = None
-        self._shared: SharedArrays | None = None
-        self._workers = [_Worker(i, self.layout.worker_envs(i)) for i in range(self.num_workers)]
-        self._poller = select.poll()
-        self._fd_worker: dict[int, _Worker] = {}
+        self._workers = [Worker(i, self.layout.worker_envs(i)) for i in range(self.num_workers)]
         # Worker groups of the whole batch and of each stage, computed once for the hot path.
-        self._groups: dict[tuple[int, int], list[tuple[_Worker, list[int]]]] = {}
+        self._groups: dict[tuple[int, int], list[tuple[Worker, list[int]]]] = {}
         self._group_ids: dict[tuple[int, int], np.ndarray] = {}
         self._group_sizes = {self.num_envs, self.layout.stage_size}
         for ids in [np.arange(self.num_envs)] + [self.layout.stage_envs(k) for k in range(self.pipeline_stages)]:
@@ -210,36 +180,15 @@ class PipelineVectorEnv(VectorEnv):
             raise
 
     # -- set-up ---------------------------------------------------------------------------------
-    def _spawn(self, worker: _Worker) -> None:
-        parent, child = self._ctx.Pipe()
-        fns = _EnvFns([self._env_fns[i] for i in worker.env_ids])
-        process = self._ctx.Process(
-            target=w.worker_main,
-            args=(fns, worker.env_ids.tolist(), child, self.pipeline_stages, self.threads_per_worker, self.spin_wait),
-            name=f"fastenv-worker-{worker.index}",
-            daemon=True,
-        )
-        with _environment(w.limit_threads(self.threads_per_worker)):
-            process.start()
-        child.close()
-        worker.process, worker.conn = process, parent
-        self._poller.register(parent.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
-        self._fd_worker[parent.fileno()] = worker
+    def _spawn(self, worker: Worker) -> None:
+        self._transport.start(worker, [self._env_fns[i] for i in worker.env_ids])
         worker.deadline = time.monotonic() + self.startup_timeout
 
-    def _await_ready(self, worker: _Worker) -> dict[str, Any]:
-        if not worker.conn.poll(self.startup_timeout):
-            raise WorkerError(f"worker {worker.index} built no env within startup_timeout={self.startup_timeout}s")
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError) as exc:
-            raise WorkerError(
-                f"worker {worker.index} died while building its envs (exit code {worker.process.exitcode})"
-            ) from exc
-        if message[0] == w.STARTUP_ERROR:
-            raise WorkerError(f"worker {worker.index} failed to build its envs: {message[1]}\n{message[2]}")
+    def _await_ready(self, worker: Worker) -> dict[str, Any]:
+        description = self._transport.ready(worker, self.startup_timeout)
+        worker.pid = description.get("pid")
         worker.deadline = float("inf")
-        return message[1]
+        return description
 
     def _setup_spaces(self, descriptions: list[dict[str, Any]]) -> None:
         first = descriptions[0]
@@ -258,25 +207,17 @@ class PipelineVectorEnv(VectorEnv):
         self.spec = first["spec"]
         self.shared_physics = first["shared_physics"]
         self.physics_scaled = first["physics_scaled"]
-        specs = (
-            leaf_specs(self.single_observation_space, "obs")
-            + leaf_specs(self.single_observation_space, "final_obs")
-            + leaf_specs(self.single_action_space, "actions")
-            + [("rewards", (), np.dtype(np.float64)), ("terminations", (), np.dtype(np.bool_)), ("truncations", (), np.dtype(np.bool_))]
+        arrays = self._transport.arrays(w.array_specs(self.single_observation_space, self.single_action_space), self.num_envs)
+        (self._obs, self._final_obs, self._actions, self._rewards, self._terminations, self._truncations) = w.buffers(
+            arrays, self.single_observation_space, self.single_action_space
         )
-        self._shared = SharedArrays(specs, self.num_envs)
-        arrays = self._shared.arrays
-        self._obs = structure(self.single_observation_space, arrays, "obs")
-        self._final_obs = structure(self.single_observation_space, arrays, "final_obs")
-        self._actions = structure(self.single_action_space, arrays, "actions")
-        self._rewards, self._terminations, self._truncations = arrays["rewards"], arrays["terminations"], arrays["truncations"]
         self._last_obs = take_rows(self._obs, slice(None))  # what the caller last saw, per env
 
-    def _attach(self, worker: _Worker) -> None:
-        worker.conn.send((w.ATTACH, self._shared.handle(), self.single_observation_space, self.single_action_space))
+    def _attach(self, worker: Worker) -> None:
+        self._transport.attach(worker, self.single_observation_space, self.single_action_space)
 
     # -- commands -------------------------------------------------------------------------------
-    def _new_command(self, worker: _Worker, kind: str, gids: list[int], per_env: bool = False) -> int:
+    def _new_command(self, worker: Worker, kind: str, gids: list[int], per_env: bool = False) -> int:
         cmd = self._next_cmd
         self._next_cmd += 1
         self._commands[cmd] = _Command(worker.index, kind, gids, per_env)
@@ -285,18 +226,14 @@ class PipelineVectorEnv(VectorEnv):
         worker.commands.add(cmd)
         return cmd
 
-    def _send(self, worker: _Worker, message: tuple) -> bool:
-        try:
-            worker.conn.send(message)
-            return True
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            return False
+    def _send(self, worker: Worker, message: tuple) -> bool:
+        return self._transport.send(worker, message)
 
-    def _ensure_alive(self, worker: _Worker) -> None:
-        if not worker.process.is_alive():
-            self._restart(worker, f"worker {worker.index} exited with code {worker.process.exitcode}")
+    def _ensure_alive(self, worker: Worker) -> None:
+        if not self._transport.alive(worker):
+            self._restart(worker, f"worker {worker.index} died ({self._transport.describe_exit(worker)})")
 
-    def _split(self, gids: np.ndarray) -> list[tuple[_Worker, list[int]]]:
+    def _split(self, gids: np.ndarray) -> list[tuple[Worker, list[int]]]:
         """``gids`` grouped by worker (cached for the whole batch and for each stage)."""
         key = (int(gids[0]), len(gids)) if len(gids) in self._group_sizes else None
         groups = self._groups.get(key) if key is not None else None
@@ -313,7 +250,7 @@ class PipelineVectorEnv(VectorEnv):
         for worker, mine in self._split(gids):
             self._send_step(worker, mine, per_env)
 
-    def _send_step(self, worker: _Worker, gids: list[int], per_env: bool) -> None:
+    def _send_step(self, worker: Worker, gids: list[int], per_env: bool) -> None:
         restarts = {}
         if self._needs_restart.any():
             for gid in gids:
@@ -333,7 +270,7 @@ class PipelineVectorEnv(VectorEnv):
         return self._seed_base + gid + self.num_envs * restarts
 
     # -- receiving ------------------------------------------------------------------------------
-    def _handle(self, worker: _Worker, message: tuple) -> None:
+    def _handle(self, worker: Worker, message: tuple) -> None:
         kind = message[0]
         if kind == w.ENV:
             _, cmd, (gid, info, final) = message
@@ -383,7 +320,7 @@ class PipelineVectorEnv(VectorEnv):
         if worker.commands:
             worker.deadline = time.monotonic() + self.step_timeout
 
-    def _finish(self, worker: _Worker, cmd: int) -> None:
+    def _finish(self, worker: Worker, cmd: int) -> None:
         worker.commands.discard(cmd)
         command = self._commands[cmd]
         if command.kind == w.STEP:
@@ -399,34 +336,17 @@ class PipelineVectorEnv(VectorEnv):
             self._ready_queue.append(gid)
 
     def _pump(self, timeout: float | None) -> None:
-        """Handle whatever the busy workers send within ``timeout``; restart dead or stuck ones.
-
-        A worker's death closes its end of the pipe, which the poll reports (as EOF on read).
-        """
+        """Handle whatever the busy workers send within ``timeout``; restart dead or stuck ones."""
         busy = [worker for worker in self._workers if worker.commands]
         if not busy:
             return
         soonest = min(worker.deadline for worker in busy) - time.monotonic()
         wait_for = max(0.0, soonest if timeout is None else min(timeout, soonest))
-        events = self._poller.poll(0)
-        if not events and self.spin_wait > 0:
-            # Poll without sleeping for a moment, yielding the core: a blocked process takes tens
-            # of microseconds to wake, which dominates the step time of fast envs.
-            end = time.perf_counter() + min(self.spin_wait, wait_for)
-            while not events and time.perf_counter() < end:
-                os.sched_yield()
-                events = self._poller.poll(0)
-        if not events:
-            events = self._poller.poll(wait_for * 1000.0)
-        for fd, _ in events:
-            worker = self._fd_worker.get(fd)
-            if worker is None:
-                continue  # a restarted worker's old pipe
-            try:
-                self._handle(worker, worker.conn.recv())  # further messages: the next poll
-            except (EOFError, OSError):
-                worker.process.join(1.0)
-                self._restart(worker, f"worker {worker.index} died (exit code {worker.process.exitcode})")
+        for worker, message in self._transport.poll(busy, wait_for):
+            if message is None:
+                self._restart(worker, f"worker {worker.index} died ({self._transport.describe_exit(worker)})")
+            else:
+                self._handle(worker, message)
         now = time.monotonic()
         for worker in busy:
             if worker.commands and now > worker.deadline:
@@ -444,13 +364,9 @@ class PipelineVectorEnv(VectorEnv):
         return True
 
     # -- worker failure -------------------------------------------------------------------------
-    def _restart(self, worker: _Worker, reason: str) -> None:
+    def _restart(self, worker: Worker, reason: str) -> None:
         """Replace a dead or stuck worker; its envs come back reset and reported truncated."""
-        process = worker.process
-        if process.is_alive():
-            process.kill()
-        process.join(5.0)
-        self._forget_pipe(worker)
+        self._transport.kill(worker)
         lost: list[tuple[int, bool]] = []
         for cmd in sorted(worker.commands):
             command = self._commands.pop(cmd)
@@ -473,15 +389,6 @@ class PipelineVectorEnv(VectorEnv):
             gids = [gid for gid, p in lost if p == per_env]
             if gids:
                 self._send_step(worker, gids, per_env)
-
-    def _forget_pipe(self, worker: _Worker) -> None:
-        fd = worker.conn.fileno() if not worker.conn.closed else None
-        if fd is not None and self._fd_worker.get(fd) is worker:
-            del self._fd_worker[fd]
-            with contextlib.suppress(KeyError, ValueError):
-                self._poller.unregister(fd)
-        with contextlib.suppress(OSError):
-            worker.conn.close()
 
     # -- results --------------------------------------------------------------------------------
     def _gather(self, gids: np.ndarray, rows: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -679,7 +586,7 @@ class PipelineVectorEnv(VectorEnv):
         Example:
             >>> envs.apply(lambda env: type(env.unwrapped).__name__)
         """
-        return self._call(env_ids, _EnvFns([fn]), args, kwargs)
+        return self._call(env_ids, EnvFns([fn]), args, kwargs)
 
     def _call(self, env_ids: Sequence[int] | None, target: Any, args: tuple, kwargs: dict) -> tuple[Any, ...]:
         self._check_open()
@@ -737,28 +644,13 @@ class PipelineVectorEnv(VectorEnv):
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of the workers (they change when a worker is restarted)."""
-        return [worker.process.pid for worker in self._workers if worker.process is not None]
+        return [worker.pid for worker in self._workers if worker.pid is not None]
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Stop the workers (asking first, then killing) and free the shared memory."""
-        for worker in self._workers:
-            if worker.conn is not None:
-                self._send(worker, (w.CLOSE,))
-        deadline = time.monotonic() + 10.0
-        for worker in self._workers:
-            process = worker.process
-            if process is None:
-                continue
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(5.0)
-            self._forget_pipe(worker)
-        if self._shared is not None:
-            self._obs = self._final_obs = self._actions = None
-            self._rewards = self._terminations = self._truncations = None
-            self._shared.close()
-            self._shared = None
+        """Stop the workers (asking first, then killing) and free the arrays."""
+        self._obs = self._final_obs = self._actions = None
+        self._rewards = self._terminations = self._truncations = None
+        self._transport.stop(self._workers)
 
     def close(self, **kwargs: Any) -> None:
         if getattr(self, "closed", True):

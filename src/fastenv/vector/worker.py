@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fastenv.vector.shared import SharedArrays, get_row, structure, write_row
+from fastenv.vector.shared import SharedArrays, get_row, leaf_specs, structure, write_row
 
 # Commands (main -> worker); replies (worker -> main) start with the same word, or "error".
 STEP, RESET, CALL, SET_ATTR, ATTACH, CLOSE = "step", "reset", "call", "set_attr", "attach", "close"
@@ -153,6 +153,64 @@ def limit_threads(threads: int | None) -> dict[str, str]:
     return {name: str(threads) for name in THREAD_VARIABLES}
 
 
+def start_core(env_fns_blob: Any, env_ids: Sequence[int], rows: Sequence[int], pipeline_stages: int, threads: int | None) -> tuple[WorkerCore, dict[str, Any]]:
+    """Cap the threads, build the envs and describe them (any transport's worker starts so)."""
+    if threads is not None:
+        os.environ.update(limit_threads(threads))
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
+    core = WorkerCore(env_fns_blob.fns, env_ids, rows)
+    description = core.describe(pipeline_stages)
+    description["pid"] = os.getpid()
+    return core, description
+
+
+def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> None:
+    """Carry out one command, sending its replies (one per env for per-env steps)."""
+    kind = message[0]
+    if kind == STEP:
+        _, cmd, gids, restarts, per_env = message
+        replies = []
+        for gid in gids:
+            try:
+                if gid in restarts:
+                    entry = (gid, core.reset_one(gid, restarts[gid], None), None)
+                else:
+                    entry = (gid, *core.step_one(gid))
+            except Exception as exc:
+                send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                continue
+            if per_env:
+                send((ENV, cmd, entry))
+            elif entry[1] or entry[2] is not None:
+                replies.append(entry)
+        if not per_env:
+            send((STEP, cmd, replies))
+    elif kind == RESET:
+        _, cmd, gids, seeds, options = message
+        replies = []
+        for gid, seed in zip(gids, seeds):
+            try:
+                replies.append((gid, core.reset_one(gid, seed, options), None))
+            except Exception as exc:
+                send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        send((RESET, cmd, replies))
+    elif kind in (CALL, SET_ATTR):
+        cmd = message[1]
+        try:
+            if kind == CALL:
+                _, _, gids, target, args, kwargs = message
+                send((RESULT, cmd, core.call(gids, target, args, kwargs)))
+            else:
+                _, _, gids, name, values = message
+                core.set_attr(gids, name, values)
+                send((RESULT, cmd, None))
+        except Exception as exc:
+            send((ERROR, cmd, None, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    else:
+        raise ValueError(f"unknown command {kind!r}")
+
+
 def worker_main(
     env_fns_blob: Any,
     env_ids: list[int],
@@ -163,14 +221,9 @@ def worker_main(
 ) -> None:
     """Entry point of a worker process (spawned: envs are created here, never forked)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when workers stop
-    if threads is not None:
-        os.environ.update(limit_threads(threads))
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(threads)
     try:
-        env_fns = env_fns_blob.fns
-        core = WorkerCore(env_fns, env_ids, env_ids)
-        conn.send((READY, core.describe(pipeline_stages)))
+        core, description = start_core(env_fns_blob, env_ids, env_ids, pipeline_stages, threads)
+        conn.send((READY, description))
     except BaseException as exc:  # report, then exit: the main process raises with this text
         conn.send((STARTUP_ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         conn.close()
@@ -185,61 +238,14 @@ def worker_main(
                 message = conn.recv()
             except (EOFError, OSError):  # the main process has gone
                 break
-            kind = message[0]
-            if kind == STEP:
-                _, cmd, gids, restarts, per_env = message
-                replies = []
-                for gid in gids:
-                    try:
-                        if gid in restarts:
-                            entry = (gid, core.reset_one(gid, restarts[gid], None), None)
-                        else:
-                            entry = (gid, *core.step_one(gid))
-                    except Exception as exc:
-                        conn.send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-                        continue
-                    if per_env:
-                        conn.send((ENV, cmd, entry))
-                    elif entry[1] or entry[2] is not None:
-                        replies.append(entry)
-                if not per_env:
-                    conn.send((STEP, cmd, replies))
-            elif kind == RESET:
-                _, cmd, gids, seeds, options = message
-                replies = []
-                for gid, seed in zip(gids, seeds):
-                    try:
-                        replies.append((gid, core.reset_one(gid, seed, options), None))
-                    except Exception as exc:
-                        conn.send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-                conn.send((RESET, cmd, replies))
-            elif kind == CALL:
-                _, cmd, gids, name, args, kwargs = message
-                try:
-                    conn.send((RESULT, cmd, core.call(gids, name, args, kwargs)))
-                except Exception as exc:
-                    conn.send((ERROR, cmd, None, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-            elif kind == SET_ATTR:
-                _, cmd, gids, name, values = message
-                try:
-                    core.set_attr(gids, name, values)
-                    conn.send((RESULT, cmd, None))
-                except Exception as exc:
-                    conn.send((ERROR, cmd, None, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-            elif kind == ATTACH:
+            if message[0] == ATTACH:
                 _, handle, obs_space, act_space = message
                 shared = SharedArrays.attach(handle)
-                a = shared.arrays
-                core.attach(
-                    structure(obs_space, a, "obs"),
-                    structure(obs_space, a, "final_obs"),
-                    structure(act_space, a, "actions"),
-                    a["rewards"],
-                    a["terminations"],
-                    a["truncations"],
-                )
-            elif kind == CLOSE:
+                core.attach(*buffers(shared.arrays, obs_space, act_space))
+            elif message[0] == CLOSE:
                 break
+            else:
+                serve(core, message, conn.send)
     finally:
         core.close()
         if shared is not None:
@@ -249,3 +255,25 @@ def worker_main(
             conn.close()
         except OSError:
             pass
+
+
+def buffers(arrays: dict[str, np.ndarray], obs_space: Any, act_space: Any) -> tuple[Any, ...]:
+    """(obs, final_obs, actions, rewards, terminations, truncations) views of named arrays."""
+    return (
+        structure(obs_space, arrays, "obs"),
+        structure(obs_space, arrays, "final_obs"),
+        structure(act_space, arrays, "actions"),
+        arrays["rewards"],
+        arrays["terminations"],
+        arrays["truncations"],
+    )
+
+
+def array_specs(obs_space: Any, act_space: Any) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """Every array a vector env moves, laid out from its spaces."""
+    return (
+        leaf_specs(obs_space, "obs")
+        + leaf_specs(obs_space, "final_obs")
+        + leaf_specs(act_space, "actions")
+        + [("rewards", (), np.dtype(np.float64)), ("terminations", (), np.dtype(np.bool_)), ("truncations", (), np.dtype(np.bool_))]
+    )

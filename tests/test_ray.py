@@ -1,0 +1,180 @@
+"""The vector env on Ray: a real local cluster (a head and a second node, on loopback)."""
+
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "fastenv[ray]")')
+
+from fakes import GateEnv, RandomLengthEnv  # noqa: E402
+from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
+from helpers import assert_same, without_legacy_keys  # noqa: E402
+
+from fastenv.vector import PipelineVectorEnv, WorkerError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import cloudpickle
+    import fakes
+    from ray.cluster_utils import Cluster
+
+    # Ray's workers do not see this folder: ship the fake envs by value.
+    cloudpickle.register_pickle_by_value(fakes)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level="warning", log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def ray_envs(fns, **kwargs):
+    options = {"num_cpus": 0.5, "placement_strategy": "SPREAD", **kwargs.pop("ray_options", {})}
+    return PipelineVectorEnv(fns, backend="ray", ray_options=options, **kwargs)
+
+
+def test_workers_spread_over_both_nodes_and_match_sync_vector_env(cluster):
+    envs = ray_envs([RandomLengthEnv] * 4, num_workers=2, pipeline_stages=2)
+    ref = SyncVectorEnv([RandomLengthEnv] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        nodes = envs.apply(lambda env: __import__("ray").get_runtime_context().get_node_id())
+        assert len(set(nodes)) == 2  # SPREAD put the two workers on the two nodes
+        assert_same(envs.reset(seed=9), ref.reset(seed=9))
+        rng = np.random.default_rng(0)
+        finals = 0
+        for t in range(40):
+            actions = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+            if t % 2:
+                out = envs.step(actions)
+            else:  # the stage API gives the same results
+                for k in (1, 0):
+                    envs.send(actions[2 * k : 2 * k + 2], stage=k)
+                parts = [envs.recv(stage=k) for k in (0, 1)]
+                out = (
+                    {key: np.concatenate([p[0][key] for p in parts]) for key in parts[0][0]},
+                    np.concatenate([p[1] for p in parts]),
+                    np.concatenate([p[2] for p in parts]),
+                    np.concatenate([p[3] for p in parts]),
+                    None,
+                )
+            ref_out = ref.step(actions)
+            for name, a, b in zip(("obs", "reward", "terminated", "truncated"), out[:4], ref_out[:4]):
+                assert_same(a, b, f"step {t} {name}")
+            if out[4] is not None:
+                infos = without_legacy_keys(out[4])
+                assert_same(infos, ref_out[4], f"step {t} infos")
+                finals += int(infos["_final_obs"].sum()) if "final_obs" in infos else 0
+        assert finals > 3
+    finally:
+        envs.close()
+
+
+def test_dynamic_batching_on_ray(cluster, tmp_path):
+    gate = tmp_path / "gate"
+    fns = [lambda g=str(gate): GateEnv(gate=g), GateEnv]
+    envs = ray_envs(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        gate.touch()  # env 0 waits inside its actor
+        envs.send(np.zeros((2, 1)), env_ids=[0, 1])
+        _, _, _, _, infos = envs.recv(max_batch=2, timeout=0.5)
+        assert infos["env_ids"].tolist() == [1]
+        gate.unlink()
+        _, reward, _, _, infos = envs.recv(max_batch=2)
+        assert infos["env_ids"].tolist() == [0] and reward.tolist() == [1.0]
+    finally:
+        envs.close()
+
+
+def test_killed_actor_is_restarted_and_its_envs_reported_truncated(cluster, tmp_path):
+    gate = tmp_path / "gate"
+    envs = ray_envs([lambda g=str(gate): GateEnv(gate=g)] * 2, num_workers=2, step_timeout=60)
+    try:
+        envs.reset(seed=0)
+        obs, *_ = envs.step(np.zeros((2, 1)))
+        gate.touch()
+        envs.send(np.zeros((2, 1)), env_ids=[0, 1])
+        old = envs.worker_pids
+        os.kill(old[1], signal.SIGKILL)  # the actor of env 1 dies mid-step
+        gate.unlink()
+        seen = {}
+        while len(seen) < 2:
+            o, r, term, trunc, infos = envs.recv(max_batch=2, timeout=60)
+            for pos, gid in enumerate(infos["env_ids"].tolist()):
+                restarted = bool(infos.get("_worker_restarted", np.zeros(len(r), bool))[pos])
+                seen[gid] = (bool(trunc[pos]), restarted, float(r[pos]))
+                if restarted:
+                    np.testing.assert_array_equal(infos["final_obs"][pos], obs[gid])
+        assert seen == {0: (False, False, 1.0), 1: (True, True, 0.0)}
+        assert envs.worker_pids[0] == old[0] and envs.worker_pids[1] != old[1]
+        _, reward, _, trunc, _ = envs.step(np.zeros((2, 1)))
+        assert reward.tolist() == [1.0, 1.0] and not trunc.any()
+    finally:
+        envs.close()
+
+
+def test_stuck_actor_is_replaced_after_step_timeout(cluster, tmp_path):
+    gate = tmp_path / "gate"
+    envs = ray_envs([lambda g=str(gate): GateEnv(gate=g)] * 2, num_workers=2, step_timeout=1.0)
+    try:
+        envs.reset(seed=0)
+        old = envs.worker_pids
+        gate.touch()
+        envs.send(np.zeros((2, 1)), env_ids=[0, 1])
+        seen = set()
+        while len(seen) < 2:
+            _, _, _, trunc, infos = envs.recv(max_batch=2, timeout=60)
+            assert trunc.all() and infos["_worker_restarted"].all()
+            seen |= set(infos["env_ids"].tolist())
+        assert not set(old) & set(envs.worker_pids)
+        gate.unlink()
+        _, reward, _, _, _ = envs.step(np.zeros((2, 1)))
+        assert reward.tolist() == [1.0, 1.0]
+    finally:
+        envs.close()
+
+
+def test_exception_in_an_actor_is_raised_with_its_traceback(cluster):
+    envs = ray_envs([lambda: GateEnv(raise_at=2)] * 2, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros((2, 1)))
+        with pytest.raises(WorkerError, match=r"(?s)RuntimeError: GateEnv failed on purpose at step 2.*Traceback"):
+            envs.step(np.zeros((2, 1)))
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 1)
+    finally:
+        envs.close()
+
+
+def test_bad_options_and_startup_failure(cluster):
+    with pytest.raises(ValueError, match="placement_strategy must be one of"):
+        ray_envs([RandomLengthEnv] * 2, num_workers=1, ray_options={"placement_strategy": "RANDOM"})
+    with pytest.raises(ValueError, match=r"unknown ray_options \['cpus'\]"):
+        ray_envs([RandomLengthEnv] * 2, num_workers=1, ray_options={"cpus": 1})
+    with pytest.raises(WorkerError, match="failed to build its envs"):
+        ray_envs([lambda: 1 / 0] * 2, num_workers=1)
+
+
+@pytest.mark.libero
+def test_libero_on_ray_matches_local_processes(cluster):
+    kwargs = dict(suite="libero_10", task_id=0, chunk=4, camera_size=32, max_episode_steps=12)
+    on_ray = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, backend="ray", ray_options={"num_cpus": 0.5}, **kwargs)
+    local = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **kwargs)
+    try:
+        assert_same(on_ray.reset(seed=4), local.reset(seed=4))
+        actions = np.random.default_rng(0).uniform(-1, 1, (4, 2, 4, 7)).astype(np.float32)
+        for a in actions:  # 12-step episodes: the third chunk ends them (final obs + autoreset)
+            out, ref = on_ray.step(a), local.step(a)
+            for x, y in zip(out[:4], ref[:4]):
+                assert_same(x, y)
+            assert_same(without_legacy_keys(out[4]), without_legacy_keys(ref[4]))
+    finally:
+        on_ray.close()
+        local.close()
