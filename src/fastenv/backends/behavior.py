@@ -21,7 +21,8 @@ How a headless rollout is built:
 
 Resets: this OmniGibson line holds one scene per ``Environment`` and resets whole envs, so a
 fastenv vector env resets exactly the envs that ended (a partial reset across envs); one env
-has no finer reset.
+has no finer reset. Several envs in one worker process share OmniGibson's simulator, built the
+way its ``VectorEnvironment`` builds them.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ class BehaviorAdapter:
         self.render_mode = render_mode
         self._og_settings = omnigibson_settings(settings)
         self._og = _omnigibson(self._og_settings)
-        self.env = self._og.Environment(configs=copy.deepcopy(self._og_settings["config"]))
+        self.env = _create_environment(self._og, copy.deepcopy(self._og_settings["config"]))
         self.action_space = self.env.action_space
         self._full_space = self.env.observation_space
         self.keys: tuple[str, ...] = tuple(self._full_space.spaces)
@@ -295,6 +296,29 @@ class BehaviorAdapter:
             if close is not None:
                 close()
             self.env = None
+
+
+_PROCESS_ENVS: list[Any] = []  # OmniGibson envs built in this process: they share og.sim's stage
+
+
+def _create_environment(og: Any, config: dict[str, Any]) -> Any:
+    """A new ``og.Environment`` beside the ones this process already holds.
+
+    The first one is built as OmniGibson builds a lone env. Scenes can only be imported into a
+    stopped simulator, so a further one is built as OmniGibson's VectorEnvironment builds its
+    envs (``in_vec_env=True``), after which the simulator plays again and every env of the
+    process completes its post-play loading.
+    """
+    if not _PROCESS_ENVS:
+        env = og.Environment(configs=config)
+    else:
+        og.sim.stop()
+        env = og.Environment(configs=config, in_vec_env=True)
+        og.sim.play()
+        for existing in [*_PROCESS_ENVS, env]:
+            existing.post_play_load()
+    _PROCESS_ENVS.append(env)
+    return env
 
 
 def split_done(done: bool, info: Mapping[str, Any]) -> tuple[bool, bool, Info]:
