@@ -531,24 +531,10 @@ class PipelineVectorEnv(VectorEnv):
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one env")
         gids = np.flatnonzero(mask)
-        commands = []
-        owners = gids % self.num_workers
-        for worker in self._workers:
-            mine = gids[owners == worker.index].tolist()
-            if not mine:
-                continue
-            self._ensure_alive(worker)
-            cmd = self._new_command(worker, w.RESET, mine)
-            if not self._send(worker, (w.RESET, cmd, mine, [seeds[g] for g in mine], options)):
-                self._restart(worker, f"worker {worker.index} could not be reached")
-                cmd = self._new_command(worker, w.RESET, mine)
-                self._send(worker, (w.RESET, cmd, mine, [seeds[g] for g in mine], options))
-            commands.append(cmd)
-        self._wait(lambda: all(self._commands[c].done for c in commands))
+        commands = self._request(gids, w.RESET, lambda cmd, mine: (w.RESET, cmd, mine, [seeds[g] for g in mine], options))
         infos: dict[str, Any] = {}
         failures = []
-        for cmd in commands:
-            command = self._commands.pop(cmd)
+        for command in commands:
             if isinstance(command.result, Exception):
                 failures.append(str(command.result))
                 continue
@@ -592,19 +578,7 @@ class PipelineVectorEnv(VectorEnv):
         self._check_open()
         gids = np.arange(self.num_envs) if env_ids is None else self.layout.check_env_ids(env_ids)
         results: dict[int, Any] = {}
-        commands = []
-        owners = gids % self.num_workers
-        for worker in self._workers:
-            mine = gids[owners == worker.index].tolist()
-            if not mine:
-                continue
-            self._ensure_alive(worker)
-            cmd = self._new_command(worker, w.CALL, mine)
-            self._send(worker, (w.CALL, cmd, mine, target, args, kwargs))
-            commands.append(cmd)
-        self._wait(lambda: all(self._commands[c].done for c in commands))
-        for cmd in commands:
-            command = self._commands.pop(cmd)
+        for command in self._request(gids, w.CALL, lambda cmd, mine: (w.CALL, cmd, mine, target, args, kwargs)):
             if isinstance(command.result, Exception):
                 raise command.result
             results.update(zip(command.gids, command.result))
@@ -621,18 +595,25 @@ class PipelineVectorEnv(VectorEnv):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr needs one value or {self.num_envs} values, got {len(values)}")
-        commands = []
-        for worker in self._workers:
-            self._ensure_alive(worker)
-            gids = worker.env_ids.tolist()
-            cmd = self._new_command(worker, w.SET_ATTR, gids)
-            self._send(worker, (w.SET_ATTR, cmd, gids, name, [values[g] for g in gids]))
-            commands.append(cmd)
-        self._wait(lambda: all(self._commands[c].done for c in commands))
-        for cmd in commands:
-            command = self._commands.pop(cmd)
+        gids = np.arange(self.num_envs)
+        for command in self._request(gids, w.SET_ATTR, lambda cmd, mine: (w.SET_ATTR, cmd, mine, name, [values[g] for g in mine])):
             if isinstance(command.result, Exception):
                 raise command.result
+
+    def _request(self, gids: np.ndarray, kind: str, message: Callable[[int, list[int]], tuple]) -> list[_Command]:
+        """Send ``message(cmd, envs)`` to each worker owning some of ``gids``; wait for all replies."""
+        commands = []
+        for worker, mine in self._split(gids):
+            self._ensure_alive(worker)
+            cmd = self._new_command(worker, kind, mine)
+            if not self._send(worker, message(cmd, mine)):
+                self._restart(worker, f"worker {worker.index} could not be reached")
+                self._commands.pop(cmd, None)
+                cmd = self._new_command(worker, kind, mine)
+                self._send(worker, message(cmd, mine))
+            commands.append(cmd)
+        self._wait(lambda: all(self._commands[c].done for c in commands))
+        return [self._commands.pop(c) for c in commands]
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
