@@ -6,7 +6,8 @@
   chunk are discounted by gamma, and each step's discount is the env's ``chunk_discount``
   (gamma**k for the k sub-steps run), so returns are those of the simulator's own time steps.
 - Truncated episodes bootstrap from V(final observation); terminated ones from 0
-  (``fastenv.returns.gae`` with ``final_values``).
+  (``fastenv.returns.gae`` with ``final_values``). A transition invented by a worker restart
+  (``infos["worker_restarted"]``: the action never ran) is left out (``valid``).
 
     python examples/ppo_libero.py --total-steps 20000
 """
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 import fastenv  # noqa: F401  (registers fastenv/Libero-v0)
+from fastenv.vector import final_observations
 from fastenv.policy import ChunkPolicy
 from fastenv.returns import gae
 
@@ -57,17 +59,6 @@ def parse_args() -> Config:
     return Config(**vars(parser.parse_args()))
 
 
-def chunk_discounts(infos: dict, done: np.ndarray, gamma: float, chunk: int) -> np.ndarray:
-    """gamma**k per env: from the step's info, or from final_info where the episode ended."""
-    out = np.full(len(done), gamma**chunk)
-    if "chunk_discount" in infos:
-        out = np.where(infos["_chunk_discount"], infos["chunk_discount"], out)
-    final = infos.get("final_info", {})
-    if "chunk_discount" in final:
-        out = np.where(final["_chunk_discount"], final["chunk_discount"], out)
-    return out
-
-
 def main(cfg: Config) -> dict:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(1)
@@ -96,6 +87,7 @@ def main(cfg: Config) -> dict:
     logp_buf, val_buf = np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
     rew_buf, disc_buf, final_v = np.zeros((T, N)), np.zeros((T, N)), np.zeros((T, N))
     term_buf, trunc_buf = np.zeros((T, N), bool), np.zeros((T, N), bool)
+    valid_buf = np.ones((T, N), bool)
     next_values = np.zeros(N)
 
     def act(t: int, sl: slice, obs: np.ndarray) -> None:
@@ -116,10 +108,12 @@ def main(cfg: Config) -> dict:
             for k, sl in enumerate(stages):
                 obs, reward, term, trunc, infos = envs.recv(stage=k)
                 rew_buf[t, sl], term_buf[t, sl], trunc_buf[t, sl] = reward, term, trunc
-                disc_buf[t, sl] = chunk_discounts(infos, term | trunc, cfg.gamma, K)
-                for i in np.flatnonzero(trunc):  # bootstrap a truncated episode from its final obs
+                disc_buf[t, sl] = infos["chunk_discount"]  # gamma**k, on every step, for every env
+                valid_buf[t, sl] = ~infos.get("worker_restarted", np.zeros(m, bool))
+                ids, finals = final_observations(infos)
+                if len(ids):  # bootstrap truncated episodes from V(final observation)
                     with torch.no_grad():
-                        final_v[t, sl.start + i] = agent(None, torch.as_tensor(infos["final_obs"][i][None]))[1].item()
+                        final_v[t, sl.start + ids] = agent(None, torch.as_tensor(np.stack(finals)))[1].numpy()
                 if t + 1 < T:
                     act(t + 1, sl, obs)  # the other stages are stepping meanwhile
                 else:
@@ -129,16 +123,17 @@ def main(cfg: Config) -> dict:
                 steps += m * K
         advantages, returns = gae(
             rew_buf, val_buf, term_buf, trunc_buf, next_values,
-            final_values=final_v, discounts=disc_buf, lam=cfg.gae_lambda,
+            final_values=final_v, discounts=disc_buf, valid=valid_buf, lam=cfg.gae_lambda,
         )
 
         b_obs, b_act = torch.as_tensor(obs_buf.reshape(T * N, -1)), torch.as_tensor(act_buf.reshape(T * N, -1))
         b_logp, b_val = torch.as_tensor(logp_buf.ravel()), torch.as_tensor(val_buf.ravel())
         b_adv = torch.as_tensor(advantages.ravel(), dtype=torch.float32)
         b_ret = torch.as_tensor(returns.ravel(), dtype=torch.float32)
-        batch, minibatch = T * N, max(2, T * N // cfg.num_minibatches)
+        kept = np.flatnonzero(valid_buf.ravel())  # transitions that happened
+        batch, minibatch = len(kept), max(2, len(kept) // cfg.num_minibatches)
         for _ in range(cfg.update_epochs):
-            for idx in np.array_split(np.random.permutation(batch), max(1, batch // minibatch)):
+            for idx in np.array_split(np.random.permutation(kept), max(1, batch // minibatch)):
                 dist, value = agent.distribution(None, b_obs[idx])
                 ratio = (dist.log_prob(b_act[idx]).sum(1) - b_logp[idx]).exp()
                 adv = b_adv[idx]

@@ -232,3 +232,32 @@ def make_shared_world_env():
     from fastenv import SimEnv
 
     return SimEnv(SharedWorldAdapter())
+
+
+class CountdownEnv(gym.Env):
+    """Box observation [steps since reset]; ends after ``length`` steps (truncated unless ``terminate``)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, length: int = 1, terminate: bool = False) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float64)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.length, self.terminate = length, terminate
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0]), {"start": True}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        return np.array([float(self.t)]), float(self.t), done and self.terminate, done and not self.terminate, {"t": self.t}
+
+
+def make_chunked_fake(chunk: int = 3, gamma: float | None = 0.5, terminate_at: int | None = None, truncate_at: int | None = 7):
+    """A SimEnv over FakeAdapter in fastenv's stack: chunked, sub-steps skip observations."""
+    import fastenv
+    from fastenv import SimEnv
+
+    return fastenv.wrap(SimEnv(FakeAdapter(terminate_at=terminate_at, truncate_at=truncate_at)), chunk=chunk, gamma=gamma)

@@ -31,3 +31,26 @@ def without_legacy_keys(infos):
         assert infos.pop("final_observation") is infos["final_obs"]
         assert infos.pop("_final_observation") is infos["_final_obs"]
     return infos
+
+
+def lift_step_keys(infos, n):
+    """Gymnasium SyncVectorEnv's infos with the STEP_KEYS of ended envs also at the top level.
+
+    That is fastenv's one addition to Gymnasium's same-step layout: the keys a training loop reads
+    on every step (chunk_steps, chunk_rewards, chunk_discount) stay at the top level when an
+    episode ends (Gymnasium moves the whole step info into final_info).
+    """
+    from fastenv.core.infos import STEP_KEYS, add_info, row_info
+
+    if "final_info" not in infos:
+        return infos
+    out = {}
+    for i in range(n):
+        top = row_info(infos, i)
+        top.pop("final_obs", None)
+        final = top.pop("final_info", None)
+        if final is not None:
+            top = {**top, **{k: final[k] for k in STEP_KEYS if k in final}}
+            add_info(out, {"final_obs": infos["final_obs"][i], "final_info": final}, i, n)
+        add_info(out, top, i, n)
+    return out

@@ -148,6 +148,64 @@ def test_wrap_refuses_gamma_without_chunk():
         fastenv.wrap(CountingEnv(), gamma=0.9)
 
 
+def test_gymnasium_hook_wrappers_keep_observation_skipping_and_their_effect():
+    # Observation, reward and action wrappers between ActionChunk and the simulator are applied
+    # on every sub-step, and the simulator still observes once per chunk.
+    def stack(adapter):
+        env = gym.wrappers.TransformReward(SimEnv(adapter), lambda r: 2 * r)
+        env = gym.wrappers.TransformAction(env, lambda a: a * 0.5, env.action_space)
+        return gym.wrappers.TransformObservation(env, lambda o: {"state": o["state"] + 100}, None)
+
+    adapter, ref_adapter = FakeAdapter(terminate_at=6), FakeAdapter(terminate_at=6)
+    env, ref = ActionChunk(stack(adapter), chunk=4), stack(ref_adapter)
+    env.reset(), ref.reset()
+    adapter.calls.clear()
+    obs, reward, terminated, truncated, info = env.step(np.ones((4, 3), np.float32))
+    assert adapter.calls == ["substep", "substep", "substep", "step"]
+    assert reward == 2 * (1 + 2 + 3 + 4)
+    assert obs["state"][0] == 104
+    obs, reward, terminated, *_ = env.step(np.ones((4, 3), np.float32))
+    assert adapter.calls[4:] == ["substep", "substep", "observe"]  # terminated at the 6th step
+    assert terminated and reward == 2 * (5 + 6) and obs["state"][0] == 106
+    for _ in range(6):
+        ref_obs, *_ = ref.step(np.ones(3, np.float32))
+    assert ref_obs["state"][0] == obs["state"][0]
+
+
+def test_a_wrapper_that_must_see_every_step_is_stepped_every_sub_step_and_says_so():
+    adapter = FakeAdapter(truncate_at=6)
+    stats = gym.wrappers.RecordEpisodeStatistics(SimEnv(adapter))
+    with pytest.warns(fastenv.SubstepDisabledWarning, match="RecordEpisodeStatistics sits between ActionChunk and the simulator"):
+        env = ActionChunk(stats, chunk=4)
+    env.reset()
+    adapter.calls.clear()
+    env.step(np.zeros((4, 3)))
+    assert adapter.calls == ["step"] * 4  # every sub-step is a full step, seen by the wrapper
+    _, _, _, truncated, info = env.step(np.zeros((4, 3)))
+    assert truncated and info["episode"]["l"] == 6 and info["episode"]["r"] == sum(range(1, 7))
+
+
+@pytest.mark.parametrize("gamma", [None, 0.5])
+def test_episode_statistics_count_simulator_steps_and_undiscounted_rewards(gamma):
+    # The same statistics Gymnasium's RecordEpisodeStatistics gives on the plain env, whatever the chunk.
+    env = fastenv.wrap(CountingEnv(truncate_at=10), chunk=4, gamma=gamma, episode_statistics=True)
+    ref = gym.wrappers.RecordEpisodeStatistics(CountingEnv(truncate_at=10))
+    env.reset(seed=0)
+    ref.reset(seed=0)
+    for _ in range(3):
+        *_, truncated, info = env.step(np.zeros((4, 2), np.float32))
+    for _ in range(10):
+        *_, ref_info = ref.step(np.zeros(2, np.float32))
+    assert truncated and info["chunk_steps"] == 2
+    assert info["episode"]["r"] == ref_info["episode"]["r"] == 55.0
+    assert info["episode"]["l"] == ref_info["episode"]["l"] == 10
+    assert type(info["episode"]["r"]) is float and type(info["episode"]["l"]) is int
+    env.reset(seed=1)  # a new episode starts from zero
+    for _ in range(3):
+        *_, info = env.step(np.zeros((4, 2), np.float32))
+    assert info["episode"]["l"] == 10
+
+
 def test_foreign_wrapper_is_never_bypassed():
     # TimeLimit must see every sub-step: fastenv steps through it, never around it.
     env = fastenv.wrap(gym.wrappers.TimeLimit(CountingEnv(), max_episode_steps=3), chunk=5)

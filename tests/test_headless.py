@@ -2,36 +2,49 @@ import numpy as np
 import pytest
 from fakes import CountingEnv, FakeAdapter
 
+import fastenv
 from fastenv import HeadlessRender, SimEnv
 
 
-def test_existing_viewer_is_closed_and_render_mode_dropped():
+def test_existing_viewer_is_closed_and_frames_kept_as_arrays():
     raw = CountingEnv(render_mode="human")
     viewer = raw.viewer
     env = HeadlessRender(raw)
     assert viewer.closed
-    assert env.render_mode is None
-    assert raw.render_mode is None  # the env no longer draws at every step
-
-
-def test_rgb_array_is_kept_when_asked_for():
-    env = HeadlessRender(CountingEnv(render_mode="human"), render_mode="rgb_array")
+    assert env.render_mode == raw.render_mode == "rgb_array"  # no window, but still frames
     env.reset(seed=0)
-    assert env.render_mode == "rgb_array"
     assert env.render().shape == (8, 8, 3)
 
 
-def test_headless_is_forwarded_to_the_adapter():
-    adapter = FakeAdapter()
-    env = HeadlessRender(SimEnv(adapter), render_mode="rgb_array")
-    assert adapter.headless_calls == ["rgb_array"]
-    assert env.render_mode == "rgb_array"
+def test_none_drops_rendering():
+    raw = CountingEnv(render_mode="human")
+    env = HeadlessRender(raw, render_mode=None)
+    assert raw.viewer.closed and env.render_mode is None and raw.render_mode is None
+
+
+@pytest.mark.parametrize("built_with", [None, "rgb_array"])
+def test_wrap_keeps_the_render_mode_the_env_was_built_with(built_with):
+    # Headless means no window, not no frames: an rgb_array env keeps giving frames.
+    env = fastenv.wrap(CountingEnv(render_mode=built_with), chunk=2)
+    assert env.render_mode == built_with
+    env.reset(seed=0)
+    env.step(np.zeros((2, 2), np.float32))
+    assert (env.render() is not None) == (built_with == "rgb_array")
 
 
 @pytest.mark.parametrize("mode", ["human", "ansi", "rgb"])
-def test_only_none_or_rgb_array(mode):
-    with pytest.raises(ValueError, match="None or 'rgb_array'"):
+def test_only_none_rgb_array_or_keep(mode):
+    with pytest.raises(ValueError, match="must be None, 'rgb_array' or 'keep', got"):
         HeadlessRender(CountingEnv(), render_mode=mode)
+
+
+def test_rgb_array_on_an_env_that_cannot_is_refused():
+    with pytest.raises(ValueError, match=r"cannot render 'rgb_array'; its render modes are \[\]"):
+        HeadlessRender(_NoRender(), render_mode="rgb_array")
+
+
+class _NoRender(CountingEnv):
+    metadata = {"render_modes": []}
 
 
 @pytest.mark.libero

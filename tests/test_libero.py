@@ -217,9 +217,12 @@ def test_wrap_an_existing_libero_env(stock_env, libero_task, actions):
     obs, *_ = env.step(actions[:4])
     assert obs["agentview_image"].shape == (SMALL, SMALL, 3)
     assert env.unwrapped.max_episode_steps == stock_env.env.horizon
+    raw = stock_env.env
+    assert not raw._observables["robot0_eye_in_hand_image"].is_enabled()  # pruned at the source
     with pytest.raises(ValueError, match="built with cameras"):
         env.unwrapped.select_modalities(["frontview_image"])
-    # give the stock env its observables back for the other tests
-    env.unwrapped.select_modalities(None)
-    raw = stock_env.env
+    # Closing the fastenv stack gives the user's env back as it came, every observable as it was.
+    env.close()
     assert raw._observables["robot0_eye_in_hand_image"].is_enabled()
+    ref = stock_reset(stock_env, libero_task, 0)
+    assert {"agentview_image", "robot0_eye_in_hand_image", "robot0_proprio-state"} <= set(ref)

@@ -43,6 +43,45 @@ def test_selection_reaches_the_adapter():
     assert env.observation_space == spaces.Dict({"state": spaces.Box(-np.inf, np.inf, (1,), np.float64)})
 
 
+def test_two_wrappers_over_one_env_each_get_their_own_keys():
+    adapter = FakeAdapter()
+    core = SimEnv(adapter)
+    first = PruneModalities(core, ["state"])
+    second = PruneModalities(core, ["rgb"])
+    assert set(adapter.keys) == {"state", "rgb"}  # the simulator produces what both need
+    assert set(first.reset()[0]) == {"state"} and set(first.step(np.zeros(3))[0]) == {"state"}
+    assert set(second.reset()[0]) == {"rgb"} and set(second.step(np.zeros(3))[0]) == {"rgb"}
+    assert set(first.observation_space.spaces) == {"state"} and set(second.observation_space.spaces) == {"rgb"}
+    second.close()  # releases "rgb": the simulator stops producing it
+    assert adapter.keys == ("state",)
+
+
+def test_pruning_below_a_flattened_space_is_refused_at_construction():
+    flat = fastenv.wrappers.FlattenModalities(fastenv.wrap(CountingEnv(), modalities=["pos", "vel"]))
+    with pytest.raises(ValueError, match=r"needs a Dict observation space, got Box.*PruneModalities goes below FlattenModalities"):
+        PruneModalities(flat, ["pos"])
+
+
+def test_pruning_reaches_the_simulator_through_wrappers_that_keep_observations():
+    import gymnasium as gym
+
+    adapter = FakeAdapter()
+    env = PruneModalities(gym.wrappers.TimeLimit(fastenv.HeadlessRender(SimEnv(adapter)), 10), ["rgb"])
+    assert adapter.keys == ("rgb",)
+    assert set(env.reset()[0]) == {"rgb"}
+
+
+def test_pruning_above_a_wrapper_that_may_change_observations_warns_and_filters():
+    import gymnasium as gym
+
+    adapter = FakeAdapter()
+    inner = gym.wrappers.TransformObservation(SimEnv(adapter), lambda obs: obs, SimEnv(FakeAdapter()).observation_space)
+    with pytest.warns(UserWarning, match="only filtered and the simulator still produces all of them"):
+        env = PruneModalities(inner, ["rgb"])
+    assert set(adapter.keys) == {"state", "rgb"}
+    assert set(env.reset()[0]) == {"rgb"}
+
+
 def count_renders(monkeypatch, env):
     sim = env.unwrapped.adapter._raw.sim
     calls = []
@@ -121,14 +160,18 @@ def test_libero_depth_and_segmentation_are_built_only_when_kept():
         assert len(np.unique(obs["robot0_eye_in_hand_segmentation_instance"])) > 1
         obs, *_ = env.step(np.zeros((2, 7), np.float32))
         assert env.observation_space.contains(obs)
-        # Narrowing to a key the build already covers needs no rebuild.
+        # The env's own selection adds to what the wrappers above it asked for: a key the build
+        # already covers needs no rebuild ...
+        core = env.unwrapped
         before = raw
-        env.unwrapped.select_modalities(["robot0_eef_pos"])
-        assert env.unwrapped.adapter._raw is before
-        # Asking for a camera that was not built rebuilds the simulator with it.
-        env.unwrapped.select_modalities(["frontview_image"])
-        assert env.unwrapped.adapter._raw.camera_names == ["frontview"]
-        obs, _ = env.reset(seed=0)
+        core.select_modalities(["robot0_eef_pos"])
+        assert core.adapter._raw is before
+        # ... a camera that was not built rebuilds the simulator with it, and the wrappers above
+        # still get exactly their own keys.
+        core.select_modalities(["frontview_image"])
+        assert core.adapter._raw.camera_names == ["agentview", "robot0_eye_in_hand", "frontview"]
+        obs, _ = core.reset(seed=0)
         assert obs["frontview_image"].shape == (SMALL, SMALL, 3)
+        assert set(env.reset(seed=0)[0]) == set(keys)
     finally:
         env.close()

@@ -178,3 +178,43 @@ def test_libero_on_ray_matches_local_processes(cluster):
     finally:
         on_ray.close()
         local.close()
+
+
+RAY_USER_SCRIPT = """
+import cloudpickle, numpy as np, ray, sys
+sys.path.insert(0, {tests!r})
+import fakes
+from fakes import RandomLengthEnv
+cloudpickle.register_pickle_by_value(fakes)  # Ray's workers do not see the tests folder
+from fastenv.vector import PipelineVectorEnv
+
+def make(n=2):
+    return PipelineVectorEnv([RandomLengthEnv] * n, num_workers=1, backend="ray", ray_options={{"num_cpus": 0.5}})
+
+first = make()              # fastenv starts Ray: nothing else in this process had
+assert ray.is_initialized()
+@ray.remote
+def square(x):
+    return x * x
+second = make()
+first.close()               # other code (a task, a second vector env) still uses Ray
+assert ray.is_initialized() and ray.get(square.remote(7)) == 49
+second.reset(seed=0)
+second.step(np.zeros((2, 3), np.float32))
+second.close()
+assert ray.get(square.remote(3)) == 9
+print("ray still up")
+"""
+
+
+def test_closing_never_shuts_down_a_ray_runtime_others_use(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "user.py"
+    script.write_text(RAY_USER_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ray still up" in out.stdout

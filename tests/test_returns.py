@@ -106,12 +106,66 @@ def test_one_step_gae_with_lambda_zero_is_the_td_target():
 def test_bad_shapes_and_arguments():
     r, v, term, trunc, final_v, next_v, _ = rollout()
     with pytest.raises(ValueError, match=r"values must have shape \(40, 5\), got \(40, 4\)"):
-        gae(r, v[:, :4], term, trunc, next_v)
+        gae(r, v[:, :4], term, trunc, next_v, final_values=final_v)
     with pytest.raises(ValueError, match=r"next_values must have shape \(5,\)"):
-        gae(r, v, term, trunc, next_v[:2])
+        gae(r, v, term, trunc, next_v[:2], final_values=final_v)
     with pytest.raises(ValueError, match="lam must be in"):
-        gae(r, v, term, trunc, next_v, lam=2.0)
+        gae(r, v, term, trunc, next_v, final_values=final_v, lam=2.0)
     with pytest.raises(ValueError, match="backend must be"):
-        gae(r, v, term, trunc, next_v, backend="cuda")
+        gae(r, v, term, trunc, next_v, final_values=final_v, backend="cuda")
     with pytest.raises(ValueError, match="n must be an integer >= 1"):
         n_step_returns(r, v, term, trunc, next_v, n=0)
+    with pytest.raises(ValueError, match=r"valid must have shape \(40, 5\)"):
+        gae(r, v, term, trunc, next_v, final_values=final_v, valid=np.ones((40, 4), bool))
+
+
+@pytest.mark.parametrize("fn", [gae, n_step_returns])
+def test_truncations_without_final_values_are_refused(fn):
+    # Bootstrapping a truncated episode from 0 silently turns it into a termination.
+    r, v, term, trunc, final_v, next_v, _ = rollout()
+    assert (trunc & ~term).any()
+    kwargs = {"n": 3} if fn is n_step_returns else {}
+    with pytest.raises(ValueError, match=r"truncated steps \(the first at t=\d+, env \d+\) but final_values is None"):
+        fn(r, v, term, trunc, next_v, **kwargs)
+    fn(r, v, term, np.zeros_like(trunc), next_v, **kwargs)  # no truncation: nothing to bootstrap
+
+
+def reference_with_invented_steps(fn, r, v, term, trunc, final_v, next_v, disc, valid, **kwargs):
+    """The reference on each env's valid stretches: a step before an invented one bootstraps from
+    the value of the observation that follows it; invented steps get advantage 0 / return V."""
+    T, N = r.shape
+    out = np.zeros((T, N))
+    for n in range(N):
+        t = 0
+        while t < T:
+            if not valid[t, n]:
+                out[t, n] = 0.0 if fn == "gae" else v[t, n]
+                t += 1
+                continue
+            end = t
+            while end < T and valid[end, n]:
+                end += 1
+            sl = slice(t, end)
+            following = next_v[n] if end == T else v[end, n]
+            args = (r[sl, n : n + 1], v[sl, n : n + 1], term[sl, n : n + 1], trunc[sl, n : n + 1], final_v[sl, n : n + 1], np.array([following]), disc[sl, n : n + 1])
+            if fn == "gae":
+                out[sl, n] = reference_gae(*args, kwargs["lam"])[:, 0]
+            else:
+                out[sl, n] = reference_nstep(*args, kwargs["n"])[:, 0]
+            t = end
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_invented_transitions_are_left_out(backend, seed):
+    r, v, term, trunc, final_v, next_v, disc = rollout(seed=seed, chunk_discounts=True)
+    valid = np.random.default_rng(seed + 10).random(r.shape) > 0.1
+    assert (~valid).sum() > 5
+    adv, ret = gae(r, v, term, trunc, next_v, final_values=final_v, discounts=disc, lam=0.9, valid=valid, backend=backend)
+    expected = reference_with_invented_steps("gae", r, v, term, trunc, final_v, next_v, disc, valid, lam=0.9)
+    np.testing.assert_allclose(adv, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ret[~valid], v[~valid])
+    out = n_step_returns(r, v, term, trunc, next_v, n=4, final_values=final_v, discounts=disc, valid=valid, backend=backend)
+    expected = reference_with_invented_steps("nstep", r, v, term, trunc, final_v, next_v, disc, valid, n=4)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)

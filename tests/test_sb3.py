@@ -89,6 +89,29 @@ def test_ppo_bootstraps_truncated_episodes_from_the_final_observations(pair):
         assert_same(got, {k: np.asarray(v) for k, v in want.items()})
 
 
+def test_tensors_of_a_torch_backend_come_out_as_numpy():
+    # ManiSkill keeps its tensors on the device; SB3 needs numpy everywhere.
+    torch = pytest.importorskip("torch")
+    from fake_maniskill import FakeManiSkillEnv
+
+    from fastenv.backends.maniskill import ManiSkillVectorEnv
+
+    venv = SB3VecEnv(ManiSkillVectorEnv(FakeManiSkillEnv(max_goal=3), modalities=["state"], chunk=2, max_episode_steps=100))
+    obs = venv.reset()
+    assert isinstance(obs["state"], np.ndarray) and obs["state"].shape == (4, 4)
+    done_seen = 0
+    for _ in range(4):
+        obs, rewards, dones, infos = venv.step(np.full((4, 2, 3), 0.5, np.float32))
+        assert isinstance(obs["state"], np.ndarray) and rewards.dtype == np.float32 and dones.dtype == np.bool_
+        for i in np.flatnonzero(dones):
+            assert isinstance(infos[i]["terminal_observation"]["state"], np.ndarray)
+            done_seen += 1
+        for info in infos:
+            assert not any(isinstance(v, torch.Tensor) for v in info.values())
+    assert done_seen >= 4
+    venv.close()
+
+
 @pytest.mark.libero
 def test_ppo_trains_on_libero_through_the_adapter():
     venv = make_vec_env("fastenv/Libero-v0", 2, num_workers=2, chunk=4, camera_size=64, max_episode_steps=40)

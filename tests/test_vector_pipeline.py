@@ -7,7 +7,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from fakes import GateEnv, RandomLengthEnv, make_shared_world_env
+from fakes import CountdownEnv, GateEnv, RandomLengthEnv, make_chunked_fake, make_shared_world_env
 from helpers import assert_same, without_legacy_keys
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
@@ -188,7 +188,7 @@ def test_bad_input_is_refused_before_dispatch_and_the_env_stays_usable(random_en
     random_envs.reset(seed=0)
     with pytest.raises(error, match=match):
         call(random_envs)
-    assert not random_envs._status.any()  # nothing was dispatched
+    assert len(random_envs.in_flight()) == 0  # nothing was dispatched
     obs, reward, *_ = random_envs.step(np.zeros((8, 3), np.float32))
     assert reward.shape == (8,)
 
@@ -368,3 +368,138 @@ def test_per_env_final_info_for_cleanrl_style_loops():
         envs.close()
     with pytest.raises(ValueError, match="info_format must be"):
         PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1, info_format="list")
+
+
+def _wait_until_workers_idle(envs, files, timeout=60.0):
+    """Block (no assertion on time) until every step has written its file and every worker sleeps."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(f.exists() for f in files):
+            states = [Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] for pid in envs.worker_pids]
+            if all(state == "S" for state in states):
+                return
+        time.sleep(0.01)
+    raise AssertionError("the workers did not finish their steps")
+
+
+class _FlagEnv(CountdownEnv):
+    """CountdownEnv that writes a file when it steps (so a test can wait for the step to finish)."""
+
+    def __init__(self, folder: str, index: int) -> None:
+        super().__init__(length=100)
+        self.folder, self.index = folder, index
+
+    def step(self, action):
+        out = super().step(action)
+        Path(self.folder, f"{self.index}-{self.t}").touch()
+        return out
+
+
+def test_recv_returns_every_ready_env_up_to_max_batch(tmp_path):
+    fns = [lambda i=i, d=str(tmp_path): _FlagEnv(d, i) for i in range(8)]
+    with PipelineVectorEnv(fns, num_workers=2) as envs:
+        envs.reset(seed=0)
+        envs.send(np.zeros((8, 1)), env_ids=np.arange(8))
+        _wait_until_workers_idle(envs, [tmp_path / f"{i}-1" for i in range(8)])
+        _, reward, _, _, infos = envs.recv(max_batch=8, timeout=0)
+        assert sorted(infos["env_ids"].tolist()) == list(range(8))  # all 8 were ready: all 8 come
+        assert reward.tolist() == [1.0] * 8
+        envs.send(np.zeros((8, 1)), env_ids=np.arange(8))
+        _wait_until_workers_idle(envs, [tmp_path / f"{i}-2" for i in range(8)])
+        _, _, _, _, infos = envs.recv(max_batch=5, timeout=0)
+        assert len(infos["env_ids"]) == 5  # up to max_batch ...
+        _, _, _, _, rest = envs.recv(max_batch=8, timeout=0)
+        assert sorted(infos["env_ids"].tolist() + rest["env_ids"].tolist()) == list(range(8))  # ... and the rest next
+
+
+def test_partial_reset_delivers_the_in_flight_results_of_other_envs():
+    # Env 0 and 1 truncate on the step in flight; resetting envs 2 and 3 meanwhile must not drop
+    # their transitions (truncation, final observation).
+    with PipelineVectorEnv([lambda: CountdownEnv(length=1)] * 4, num_workers=2) as envs:
+        envs.reset(seed=0)
+        envs.send(np.zeros((2, 1)), env_ids=[0, 1])
+        obs, infos = envs.reset(seed=5, options={"reset_mask": np.array([False, False, True, True])})
+        assert infos["_start"].tolist() == [False, False, True, True]
+        got = {}
+        while len(got) < 2:
+            _, reward, term, trunc, infos = envs.recv(max_batch=2)
+            for pos, gid in enumerate(infos["env_ids"].tolist()):
+                got[gid] = (float(reward[pos]), bool(trunc[pos]), infos["final_obs"][pos].tolist(), infos["final_info"]["t"][pos])
+        assert got == {0: (1.0, True, [1.0], 1), 1: (1.0, True, [1.0], 1)}
+
+
+@pytest.mark.parametrize("how", ["env_ids", "stage"])
+def test_reset_of_an_env_in_flight_is_refused(how):
+    with PipelineVectorEnv([lambda: CountdownEnv(length=5)] * 4, num_workers=2, pipeline_stages=2) as envs:
+        envs.reset(seed=0)
+        if how == "env_ids":
+            envs.send(np.zeros((1, 1)), env_ids=[1])
+        else:
+            envs.send(np.zeros((2, 1)), stage=0)
+        with pytest.raises(RuntimeError, match=r"reset\(\): envs \[(0, )?1\] still have actions in flight; recv\(\) them first"):
+            envs.reset(seed=0)
+        with pytest.raises(RuntimeError, match="still have actions in flight"):
+            envs.reset(options={"reset_mask": np.array([False, True, False, False])})
+        # nothing was lost: the result is still there
+        out = envs.recv(max_batch=4) if how == "env_ids" else envs.recv(stage=0)
+        assert out[1].tolist() == ([1.0] if how == "env_ids" else [1.0, 1.0])
+
+
+def test_chunk_keys_are_at_the_top_level_for_every_env_on_every_step():
+    # The README's recipe reads infos["chunk_discount"] on every step, ended episodes included.
+    from fastenv.returns import gae
+
+    with PipelineVectorEnv([lambda: make_chunked_fake(chunk=3, gamma=0.5, truncate_at=7)] * 4, num_workers=2) as envs:
+        envs.reset(seed=0)
+        ended = 0
+        for _ in range(6):
+            obs, reward, term, trunc, infos = envs.step(np.zeros((4, 3, 3), np.float32))
+            assert infos["_chunk_discount"].all() and infos["_chunk_steps"].all() and infos["_chunk_rewards"].all()
+            np.testing.assert_array_equal(infos["chunk_discount"], 0.5 ** infos["chunk_steps"])
+            if trunc.any():
+                ended += int(trunc.sum())
+                # the same as the step's own info, which Gymnasium moves to final_info
+                np.testing.assert_array_equal(infos["chunk_steps"][trunc], infos["final_info"]["chunk_steps"][trunc])
+                assert infos["chunk_steps"][trunc].tolist() == [1] * int(trunc.sum())  # 7 = 3 + 3 + 1
+        assert ended == 8
+        rewards = np.ones((2, 4))
+        gae(rewards, np.zeros((2, 4)), np.zeros((2, 4), bool), np.zeros((2, 4), bool), np.zeros(4),
+            discounts=np.stack([infos["chunk_discount"]] * 2))
+
+
+def test_a_restart_reports_an_invented_transition_that_returns_can_leave_out(tmp_path):
+    # The action of an env whose worker died never ran: the transition is marked
+    # worker_restarted, carries the chunk keys of a step in which nothing ran, and gae(valid=...)
+    # leaves it out.
+    from fastenv.returns import gae
+
+    with PipelineVectorEnv([lambda: make_chunked_fake(chunk=2, gamma=0.9, truncate_at=50)] * 2, num_workers=2) as envs:
+        before, _ = envs.reset(seed=0)
+        obs, *_ = envs.step(np.zeros((2, 2, 3), np.float32))
+        os.kill(envs.worker_pids[1], signal.SIGKILL)
+        after, reward, term, trunc, infos = envs.step(np.zeros((2, 2, 3), np.float32))
+        assert infos["worker_restarted"].tolist() == [False, True] and infos["_worker_restarted"].tolist() == [False, True]
+        assert reward.tolist() == [3 + 0.9 * 4, 0.0] and trunc.tolist() == [False, True] and not term.any()
+        assert infos["chunk_steps"].tolist() == [2, 0] and infos["chunk_discount"].tolist() == [0.9**2, 1.0]
+        assert infos["_final_obs"].tolist() == [False, True]
+        assert_same(infos["final_obs"][1], {k: v[1] for k, v in obs.items()})  # where the caller last saw it
+        assert infos["final_info"]["worker_restarted"][1] and infos["final_info"]["chunk_steps"][1] == 0
+        assert after["state"][1] == 0  # a fresh episode
+        valid = ~infos["worker_restarted"][None]
+        adv, ret = gae(reward[None], np.array([[1.0, 2.0]]), term[None], trunc[None], np.array([3.0, 4.0]),
+                       final_values=np.array([[0.0, 2.0]]), discounts=infos["chunk_discount"][None], valid=valid)
+        assert adv[0, 1] == 0.0 and ret[0, 1] == 2.0
+
+
+def test_the_env_that_raised_is_named_and_the_others_of_its_batch_have_no_result():
+    fns = [GateEnv, GateEnv, lambda: GateEnv(raise_at=2), GateEnv]
+    with PipelineVectorEnv(fns, num_workers=2) as envs:  # worker 0 steps envs 0 and 2 as one batch
+        envs.reset(seed=0)
+        envs.step(np.zeros((4, 1)))
+        with pytest.raises(WorkerError, match=r"(?s)env 2 raised in worker 0: RuntimeError: GateEnv failed on purpose at step 2\n\(envs \[0, 2\] have no result"):
+            envs.step(np.zeros((4, 1)))
+        obs, _ = envs.reset(seed=0)
+        _, reward, *_ = envs.step(np.zeros((4, 1)))
+        assert reward.tolist() == [1.0] * 4

@@ -3,8 +3,9 @@
 ``import fastenv`` loads only gymnasium and numpy; each simulator is imported by its backend.
 """
 
-from fastenv.backends.base import GymAdapter, SimulatorAdapter
-from fastenv.core import SimEnv, as_sim_env
+from fastenv.backends.base import BatchSimulator, GymAdapter, SimulatorAdapter
+from fastenv.backends.registry import register_backend
+from fastenv.core import Executor, SimEnv, SubstepDisabledWarning
 from fastenv.registration import register_envs
 from fastenv.wrappers import ActionChunk, HeadlessRender, PruneModalities, wrap
 
@@ -14,13 +15,16 @@ register_envs()
 
 __all__ = [
     "ActionChunk",
+    "BatchSimulator",
+    "Executor",
     "GymAdapter",
     "HeadlessRender",
     "PruneModalities",
     "SimEnv",
     "SimulatorAdapter",
+    "SubstepDisabledWarning",
     "__version__",
-    "as_sim_env",
+    "register_backend",
     "register_envs",
     "wrap",
 ]

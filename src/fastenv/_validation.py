@@ -80,6 +80,8 @@ def check_batch_actions(actions: Any, space: spaces.Space, count: int, what: str
         shape = (count, *space.shape)
         if array.shape != shape or array.dtype.kind not in "iub":
             raise ValueError(f"{what} must be an integer array of shape {shape}, got {array.dtype} {array.shape}")
+        # Space.contains on the batched space would do, but builds that space on every step: the
+        # bounds check below is the same test, and says which action is out of range.
         if isinstance(space, spaces.Discrete):
             low, high = space.start, space.start + space.n
         elif isinstance(space, spaces.MultiDiscrete):

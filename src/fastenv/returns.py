@@ -6,6 +6,11 @@ observation): added, discounted, for a truncated episode, and 0 for a terminated
 chunks each step has its own discount ``gamma**k`` (``info["chunk_discount"]``); pass them as
 ``discounts``.
 
+A transition that did not happen (``infos["worker_restarted"]``: its worker died and the action
+was never run) is left out with ``valid=False``: its advantage is 0 and its return its own value,
+and no other step's target reaches into it (the step before bootstraps from the value of the
+observation the lost action was chosen from).
+
 Two implementations compute the same numbers: numpy (vectorised over envs, a loop over time) and
 numba (a compiled double loop). ``backend="auto"`` uses numba when it is installed, the faster of
 the two in ``benchmarks/bench_returns.py``.
@@ -28,13 +33,25 @@ def _as_2d(name: str, array: Any, shape: tuple[int, int] | None, dtype: Any = np
     return out
 
 
-def _inputs(rewards, values, terminations, truncations, final_values, next_values, gamma, discounts):
+def _inputs(rewards, values, terminations, truncations, final_values, next_values, gamma, discounts, valid):
     rewards = _as_2d("rewards", rewards, None)
     shape = rewards.shape
     values = _as_2d("values", values, shape)
     terminations = _as_2d("terminations", terminations, shape, np.bool_)
     truncations = _as_2d("truncations", truncations, shape, np.bool_)
-    final_values = np.zeros(shape) if final_values is None else _as_2d("final_values", final_values, shape)
+    valid = np.ones(shape, dtype=bool) if valid is None else _as_2d("valid", valid, shape, np.bool_)
+    if final_values is None:
+        bootstrapped = truncations & ~terminations & valid
+        if bootstrapped.any():
+            t, n = np.argwhere(bootstrapped)[0].tolist()
+            raise ValueError(
+                f"truncations has {int(bootstrapped.sum())} truncated steps (the first at t={t}, env {n}) but "
+                "final_values is None: a truncated episode bootstraps from V(infos['final_obs']); pass "
+                "final_values, or count them in terminations to bootstrap them from 0"
+            )
+        final_values = np.zeros(shape)
+    else:
+        final_values = _as_2d("final_values", final_values, shape)
     next_values = np.asarray(next_values, dtype=np.float64)
     if next_values.shape != (shape[1],):
         raise ValueError(f"next_values must have shape ({shape[1]},), got {next_values.shape}")
@@ -52,7 +69,8 @@ def _inputs(rewards, values, terminations, truncations, final_values, next_value
     following = np.where(truncations, final_values, following)
     following = np.where(terminations, 0.0, following)
     continues = ~(terminations | truncations)
-    return rewards, values, following, continues, discounts
+    continues[:-1] &= valid[1:]  # a window stops before a transition that did not happen
+    return rewards, values, following, continues, discounts, valid
 
 
 def _backend(backend: str) -> str:
@@ -77,23 +95,30 @@ def _numba() -> Any:
             return None
 
         @numba.njit(cache=False)
-        def gae_kernel(rewards, values, following, continues, discounts, lam):
+        def gae_kernel(rewards, values, following, continues, discounts, valid, lam):
             steps, envs = rewards.shape
             adv = np.empty_like(rewards)
             for n in range(envs):
                 last = 0.0
                 for t in range(steps - 1, -1, -1):
+                    if not valid[t, n]:
+                        last = 0.0
+                        adv[t, n] = 0.0
+                        continue
                     delta = rewards[t, n] + discounts[t, n] * following[t, n] - values[t, n]
                     last = delta + discounts[t, n] * lam * continues[t, n] * last
                     adv[t, n] = last
             return adv
 
         @numba.njit(cache=False)
-        def nstep_kernel(rewards, following, continues, discounts, n_steps):
+        def nstep_kernel(rewards, values, following, continues, discounts, valid, n_steps):
             steps, envs = rewards.shape
             out = np.empty_like(rewards)
             for n in range(envs):
                 for t in range(steps):
+                    if not valid[t, n]:
+                        out[t, n] = values[t, n]
+                        continue
                     total = 0.0
                     scale = 1.0
                     end = min(t + n_steps, steps)
@@ -121,6 +146,7 @@ def gae(
     gamma: float = 0.99,
     lam: float = 0.95,
     discounts: Any = None,
+    valid: Any = None,
     backend: str = "auto",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Generalised advantage estimates and returns (advantages + values), both (T, N).
@@ -129,29 +155,32 @@ def gae(
         rewards, values, terminations, truncations: (T, N) from the rollout; ``values[t]`` is V of
             the observation the action at t was taken from.
         next_values: (N,) V of the observation after the last step.
-        final_values: (T, N) V of ``infos["final_obs"]`` where an episode ended (read where truncated).
+        final_values: (T, N) V of ``infos["final_obs"]`` where an episode ended (read where
+            truncated; required when there are truncations).
         gamma: per-step discount, used when ``discounts`` is None.
         lam: GAE lambda.
         discounts: (T, N) per-step discounts, e.g. ``infos["chunk_discount"]`` for action chunks.
+        valid: (T, N) False for transitions that did not happen (``infos["worker_restarted"]``);
+            leave them out of the loss too.
         backend: "auto", "numpy" or "numba".
 
     Example:
         >>> adv, ret = gae(r, v, term, trunc, v_last, final_values=v_final, gamma=0.99, lam=0.95)
     """
-    rewards, values, following, continues, discounts = _inputs(
-        rewards, values, terminations, truncations, final_values, next_values, gamma, discounts
+    rewards, values, following, continues, discounts, valid = _inputs(
+        rewards, values, terminations, truncations, final_values, next_values, gamma, discounts, valid
     )
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam must be in [0, 1], got {lam}")
     if _backend(backend) == "numba":
-        adv = _numba()[0](rewards, values, following, continues.astype(np.float64), discounts, float(lam))
+        adv = _numba()[0](rewards, values, following, continues.astype(np.float64), discounts, valid, float(lam))
     else:
         deltas = rewards + discounts * following - values
         decay = discounts * lam * continues
         adv = np.empty_like(rewards)
         last = np.zeros(rewards.shape[1])
         for t in range(rewards.shape[0] - 1, -1, -1):
-            last = deltas[t] + decay[t] * last
+            last = np.where(valid[t], deltas[t] + decay[t] * last, 0.0)
             adv[t] = last
     return adv, adv + values
 
@@ -167,23 +196,25 @@ def n_step_returns(
     final_values: Any = None,
     gamma: float = 0.99,
     discounts: Any = None,
+    valid: Any = None,
     backend: str = "auto",
 ) -> np.ndarray:
     """n-step returns (T, N): up to n discounted rewards, then the bootstrap value.
 
     The window stops at an episode's end (bootstrapping from ``final_values`` when truncated, 0
-    when terminated) and at the rollout's end (bootstrapping from ``next_values``).
+    when terminated), at the rollout's end (bootstrapping from ``next_values``), and before a
+    transition that did not happen (``valid``; bootstrapping from the value of its observation).
 
     Example:
         >>> ret = n_step_returns(r, v, term, trunc, v_last, n=5, final_values=v_final)
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    rewards, values, following, continues, discounts = _inputs(
-        rewards, values, terminations, truncations, final_values, next_values, gamma, discounts
+    rewards, values, following, continues, discounts, valid = _inputs(
+        rewards, values, terminations, truncations, final_values, next_values, gamma, discounts, valid
     )
     if _backend(backend) == "numba":
-        return _numba()[1](rewards, following, continues, discounts, int(n))
+        return _numba()[1](rewards, values, following, continues, discounts, valid, int(n))
     steps = rewards.shape[0]
     out = np.empty_like(rewards)
     # G_t = r_t + d_t * (c_t * G_{t+1}^{(n-1)} + (1 - c_t) * following_t), with windows cut at T.
@@ -198,5 +229,5 @@ def n_step_returns(
             stop = alive & (~continues[i] | (i == end - 1))
             total += np.where(stop, scale * following[i], 0.0)
             alive &= ~stop
-        out[t] = total
+        out[t] = np.where(valid[t], total, values[t])
     return out

@@ -1,5 +1,7 @@
-"""Simulator adapters: one module per simulator, the only place that imports it."""
+"""Simulator adapters: one module per simulator, the only place that imports it; and the registry
+that finds the backend for an env someone already built."""
 
-from fastenv.backends.base import GymAdapter, SimulatorAdapter
+from fastenv.backends.base import BatchSimulator, GymAdapter, SimulatorAdapter
+from fastenv.backends.registry import find_backend, register_backend
 
-__all__ = ["GymAdapter", "SimulatorAdapter"]
+__all__ = ["BatchSimulator", "GymAdapter", "SimulatorAdapter", "find_backend", "register_backend"]

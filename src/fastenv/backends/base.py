@@ -71,6 +71,44 @@ class SimulatorAdapter(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchSimulator(Protocol):
+    """A batch of ``num_envs`` envs that fastenv's executor steps by rows.
+
+    ``rows`` are 1-D integer index arrays of ``ops``' kind (numpy, or torch on the simulator's
+    device). A simulator that steps its envs one by one (``batched = False``) returns
+    observations and infos as lists with one entry per row; a natively batched one
+    (``batched = True``: ManiSkill on GPU, all envs in one physics world) returns batched
+    structures over the rows. Rewards, terminated and truncated are arrays over the rows.
+
+    ``substep`` advances the rows one action without producing observations; ``step`` is the
+    simulator's own step (observations included); ``observe`` produces the rows' observations
+    now. A simulator whose envs share one world advances it once per call, for all rows of it.
+    """
+
+    num_envs: int
+    batched: bool
+    ops: Any
+    single_observation_space: spaces.Space
+    single_action_space: spaces.Space
+
+    def reset(self, rows: Any, seeds: Sequence[int | None] | None, options: Mapping[str, Any] | None) -> tuple[Any, Any]:
+        """Start new episodes in ``rows``: (observations, infos)."""
+        ...
+
+    def substep(self, rows: Any, actions: Any) -> tuple[Any, Any, Any, Any]:
+        """One action per row, no observation: (rewards, terminated, truncated, infos)."""
+        ...
+
+    def step(self, rows: Any, actions: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """The simulator's own step of ``rows``: (observations, rewards, terminated, truncated, infos)."""
+        ...
+
+    def observe(self, rows: Any) -> Any:
+        """The observations of ``rows`` now."""
+        ...
+
+
 def select_dict_keys(space: spaces.Space, keys: Sequence[str], available: Sequence[str]) -> spaces.Dict:
     """The sub-space of a Dict space with ``keys``; unknown keys raise ValueError listing the rest."""
     if not isinstance(space, spaces.Dict):
@@ -127,20 +165,7 @@ class GymAdapter:
         self._keys = list(self.observation_space.keys())
 
     def make_headless(self, render_mode: str | None) -> None:
-        base = self.env.unwrapped
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"a headless env renders to None or 'rgb_array', got {render_mode!r}")
-        if render_mode is not None and render_mode not in base.metadata.get("render_modes", []):
-            raise ValueError(
-                f"{type(base).__name__} cannot render {render_mode!r}; "
-                f"its render modes are {base.metadata.get('render_modes', [])}"
-            )
-        if base.render_mode == "human":
-            _close_viewer(base)
-        if base.render_mode != render_mode:
-            # Gymnasium envs decide at every step whether to draw from their public render_mode.
-            base.render_mode = render_mode
-        self.render_mode = render_mode
+        self.render_mode = make_gym_env_headless(self.env, render_mode)
 
     def _filter(self, obs: ObsType) -> ObsType:
         if self._keys is None:
@@ -174,6 +199,39 @@ class GymAdapter:
 
     def close(self) -> None:
         self.env.close()
+
+
+KEEP = "keep"  # headless render mode: keep the frames the env was built to give (see headless_render_mode)
+
+
+def headless_render_mode(current: str | None, wanted: str | None, supported: Sequence[str]) -> str | None:
+    """The render mode an env gets when made headless.
+
+    ``wanted`` is None (no frames), "rgb_array" (frames from ``render()``), or ``KEEP``: the
+    env's own mode, with "human" (a window) turned into "rgb_array" where the env supports it.
+    Headless means no window, not no frames.
+    """
+    if wanted not in (None, "rgb_array", KEEP):
+        raise ValueError(f"a headless env renders to None, 'rgb_array' or {KEEP!r}, got {wanted!r}")
+    if wanted == KEEP:
+        if current in (None, "rgb_array"):
+            return current
+        return "rgb_array" if "rgb_array" in supported else None
+    if wanted is not None and wanted not in supported:
+        raise ValueError(f"this env cannot render {wanted!r}; its render modes are {list(supported)}")
+    return wanted
+
+
+def make_gym_env_headless(env: gym.Env, render_mode: str | None) -> str | None:
+    """Close a Gymnasium env's window and set its render mode (see ``headless_render_mode``)."""
+    base = env.unwrapped
+    mode = headless_render_mode(base.render_mode, render_mode, base.metadata.get("render_modes", []))
+    if base.render_mode == "human":
+        _close_viewer(base)
+    if base.render_mode != mode:
+        # Gymnasium envs decide at every step whether to draw from their public render_mode.
+        base.render_mode = mode
+    return mode
 
 
 def _close_viewer(base: gym.Env) -> None:

@@ -39,6 +39,9 @@ from gymnasium.error import DependencyNotInstalled
 
 from fastenv._validation import check_positive_int
 from fastenv.backends.base import Info, ObsType, check_known_keys
+from fastenv.core import SimEnv
+from fastenv.vector import BatchedEnv, make_pipeline
+from fastenv.wrappers import wrap
 
 INSTALL_HINT = (
     "OmniGibson is not installed. BEHAVIOR needs OmniGibson >= 3.7 from the BEHAVIOR-1K repository "
@@ -378,8 +381,6 @@ def make_env(
         max_episode_steps=max_episode_steps, threads=threads, **options,
     )
     if num_envs is not None or pipeline_stages > 1:
-        from fastenv.vector import BatchedEnv, make_pipeline
-
         n = pipeline_stages if num_envs is None else num_envs
         vector.setdefault("startup_timeout", 1800.0)  # Isaac Sim's first launch builds shader caches
         return BatchedEnv(
@@ -392,9 +393,6 @@ def make_env(
 
 
 def _make_single(*, settings: BehaviorSettings, chunk: int | None, gamma: float | None, render_mode: str | None) -> Any:
-    from fastenv.core import SimEnv
-    from fastenv.wrappers import wrap
-
     adapter = BehaviorAdapter(settings, render_mode=render_mode)
     env = SimEnv(adapter, max_episode_steps=settings.max_episode_steps)
     return wrap(env, chunk=chunk, render_mode=render_mode, gamma=gamma)

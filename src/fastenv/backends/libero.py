@@ -20,6 +20,10 @@ from fastenv._deps import require
 from fastenv._validation import check_positive_int
 from fastenv.backends._gl import configure_mujoco_gl
 from fastenv.backends.base import Info, ObsType, check_known_keys
+from fastenv.core import SimEnv
+from fastenv.vector import BatchedEnv, make_pipeline
+from fastenv.vector.factory import VECTOR_OPTIONS
+from fastenv.wrappers import wrap
 
 # Episode lengths (simulator steps) used by the common LIBERO evaluation protocol.
 SUITE_MAX_EPISODE_STEPS = {
@@ -417,8 +421,14 @@ class LiberoAdapter:
         return None if raw.ignore_done else int(raw.horizon)
 
     def close(self) -> None:
-        if self._env is not None and self._owned:
-            self._env.close()
+        if self._env is not None:
+            if self._owned:
+                self._env.close()
+            else:  # the user's env goes back as it came: every observable as it was
+                raw = self._raw
+                for name, (enabled, active) in self._initial_flags.items():
+                    raw.modify_observable(name, "enabled", enabled)
+                    raw.modify_observable(name, "active", active)
         self._env = None
 
 
@@ -464,19 +474,15 @@ def make_env(
         render_mode: None or "rgb_array".
         hard_reset: reload the model at each reset (robosuite's default).
         flatten: one float32 Box observation (kept keys concatenated) and flat (K*7) actions.
-        episode_statistics: add ``info["episode"]`` (return, length, time) at each episode's end.
+        episode_statistics: add ``info["episode"]`` at each episode's end: the undiscounted return
+            and the length in simulator steps (and the time), whatever ``chunk`` and ``gamma``.
         num_envs: with a value, N envs in worker processes, returned batched as one env; the
             vector options (``num_workers``, ``pipeline_stages``, ...) may be passed too.
 
     Example:
         >>> env = gym.make("fastenv/Libero-v0", suite="libero_10", task_id=0, chunk=8)
     """
-    from fastenv.core import SimEnv
-    from fastenv.wrappers import wrap
-
     if num_envs is not None or vector_options:
-        from fastenv.vector import BatchedEnv
-
         single = dict(
             suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
             gamma=gamma, max_episode_steps=max_episode_steps, init_state_id=init_state_id,
@@ -497,12 +503,19 @@ def make_env(
     if max_episode_steps is None:
         max_episode_steps = adapter.default_max_episode_steps
     env = SimEnv(adapter, max_episode_steps=max_episode_steps)
-    env = wrap(env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma, flatten=flatten)
-    if episode_statistics:
-        import gymnasium as gym
+    return wrap(
+        env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma, flatten=flatten,
+        episode_statistics=episode_statistics,
+    )
 
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-    return env
+
+def adopt(env: Any) -> Any:
+    """A LIBERO env someone built (``OffScreenRenderEnv``) as a ``SimEnv`` (the registry's entry).
+
+    Its episodes last robosuite's horizon unless the env ignores it.
+    """
+    adapter = LiberoAdapter.from_env(env)
+    return SimEnv(adapter, max_episode_steps=adapter.default_max_episode_steps)
 
 
 def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
@@ -514,9 +527,6 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
     Example:
         >>> envs = gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2, pipeline_stages=2, chunk=8)
     """
-    from fastenv.vector import make_pipeline
-    from fastenv.vector.factory import VECTOR_OPTIONS
-
     unknown = sorted(set(kwargs) - set(VECTOR_OPTIONS) - _ENV_OPTIONS)
     if unknown:
         raise TypeError(f"unknown option(s) {unknown}; env options: {sorted(_ENV_OPTIONS)}, vector options: {list(VECTOR_OPTIONS)}")

@@ -34,8 +34,10 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._deps import require
-from fastenv._validation import check_discount, check_positive_int
-from fastenv.backends.base import check_known_keys
+from fastenv._validation import check_positive_int
+from fastenv.backends.base import KEEP, check_known_keys
+from fastenv.core.executor import Executor
+from fastenv.wrappers.action import chunk_space
 
 TEXTURES = ("rgb", "depth", "segmentation", "position", "normal", "albedo")
 
@@ -99,8 +101,104 @@ def _pruned_class(env_cls: type, cameras: frozenset[str] | None, render: bool) -
     return type(env_cls.__name__, (_Pruned, env_cls), {"_fastenv_cameras": cameras, "_fastenv_render": render})
 
 
+class ManiSkillBatch:
+    """A batched ManiSkill env as a ``BatchSimulator``: all its envs in one physics world, on one device.
+
+    A sub-step of some rows advances the whole world; the other envs hold still (zero actions).
+    ``get_obs``, where ManiSkill renders, runs only in ``step`` and ``observe``. Episodes last
+    ``max_episode_steps`` sub-steps of their own (truncation), or end on ``success`` or ``fail``.
+    """
+
+    batched = True
+
+    def __init__(self, base: Any, keys: Sequence[str], cameras: Sequence[str], max_episode_steps: int | None) -> None:
+        import torch
+
+        from fastenv.core.arrays import TorchOps
+
+        self.torch = torch
+        self.base = base
+        self.num_envs = int(base.num_envs)
+        self.device = base.device
+        self.ops = TorchOps(self.device)
+        self.keys, self.cameras = tuple(keys), tuple(cameras)
+        self.max_episode_steps = max_episode_steps
+        self.single_action_space = base.single_action_space
+        self._env_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._info: Mapping[str, Any] = base.get_info()
+        self.full_obs = self._extract(base.get_obs(self._info))
+        self.single_observation_space = spaces.Dict({k: _box_for(v) for k, v in self.full_obs.items()})
+
+    def _extract(self, raw: Any) -> dict[str, Any]:
+        # Cloned: rendered images may be views of the renderer's buffers, rewritten by the next capture.
+        if not isinstance(raw, Mapping):
+            return {"state": raw.clone()}
+        out = {}
+        for key in self.keys:
+            split = split_key(key, self.cameras)
+            value = raw["state"] if split is None else raw["sensor_data"][split[0]][split[1]]
+            out[key] = value.clone()
+        return out
+
+    def _rows_of(self, info: Mapping[str, Any], rows: Any) -> dict[str, Any]:
+        """The per-env entries of a ManiSkill info, for ``rows``."""
+        out: dict[str, Any] = {}
+        for key, value in info.items():
+            if key == "elapsed_steps":
+                continue
+            if isinstance(value, Mapping):
+                out[key] = self._rows_of(value, rows)
+                continue
+            value = self.torch.as_tensor(value, device=self.device)
+            if value.ndim and value.shape[0] == self.num_envs:
+                out[key] = value[rows]
+        return out
+
+    def reset(self, rows: Any, seeds: Sequence[int | None] | None, options: Mapping[str, Any] | None) -> tuple[Any, Any]:
+        options = dict(options or {})
+        everyone = len(rows) == self.num_envs
+        if not everyone:
+            options["env_idx"] = rows
+        seed = None
+        if seeds is not None and any(s is not None for s in seeds):
+            seed = [int(s) for s in seeds] if everyone else int(seeds[0])
+        raw, info = self.base.reset(seed=seed, options=options or None)
+        self._env_steps[rows] = 0
+        self._info = self.base.get_info()
+        self.full_obs = self._extract(raw)
+        return {k: v[rows] for k, v in self.full_obs.items()}, self._rows_of(info, rows)
+
+    def substep(self, rows: Any, actions: Any) -> tuple[Any, Any, Any, Any]:
+        torch, base = self.torch, self.base
+        full = torch.zeros((self.num_envs, *actions.shape[1:]), dtype=actions.dtype, device=self.device)
+        full[rows] = actions  # a parallel env cannot skip the shared physics step: the others hold still
+        applied = base._step_action(full)
+        base._elapsed_steps += 1
+        info = base.get_info()
+        reward = torch.as_tensor(base.get_reward(obs=None, action=applied, info=info), device=self.device).to(torch.float64)
+        self._info = info
+        self._env_steps[rows] += 1
+        terminated = _terminated(info, self.num_envs, self.device)[rows]
+        truncated = torch.zeros_like(terminated)
+        if self.max_episode_steps is not None:
+            truncated = (self._env_steps[rows] >= self.max_episode_steps) & ~terminated
+        return reward[rows], terminated, truncated, self._rows_of(info, rows)
+
+    def step(self, rows: Any, actions: Any) -> tuple[Any, Any, Any, Any, Any]:
+        reward, terminated, truncated, info = self.substep(rows, actions)
+        return self.observe(rows), reward, terminated, truncated, info
+
+    def observe(self, rows: Any) -> Any:
+        obs = self._extract(self.base.get_obs(self._info))
+        return {k: v[rows] for k, v in obs.items()}
+
+
 class ManiSkillVectorEnv(VectorEnv):
     """A batched ManiSkill env with fastenv's chunks, pruning, autoreset and pipeline stages.
+
+    Chunks, same-step autoreset, final observations and infos come from fastenv's executor, as
+    for every backend; tensors stay on the env's device (infos in Gymnasium's layout: arrays
+    with ``_key`` masks; ``final_obs`` one observation per env).
 
     Args:
         env: a ManiSkill env (``gym.make("PickCube-v1", num_envs=N, ...)``), wrapped or not.
@@ -133,19 +231,17 @@ class ManiSkillVectorEnv(VectorEnv):
         self.base = base = env.unwrapped
         self.num_envs = int(base.num_envs)
         self.device = base.device
-        self.chunk = None if chunk is None else check_positive_int("chunk", chunk)
-        self.gamma = None if gamma is None else check_discount("gamma", gamma)
         self.pipeline_stages = check_positive_int("pipeline_stages", pipeline_stages)
         if self.num_envs % self.pipeline_stages:
             raise ValueError(
                 f"num_envs must be a multiple of pipeline_stages, got num_envs={self.num_envs}, pipeline_stages={pipeline_stages}"
             )
-        if render_mode not in (None, "rgb_array"):
+        if render_mode not in (None, "rgb_array", KEEP):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self.render_mode = render_mode
+        self.render_mode = None if render_mode in (None, KEEP) else render_mode
         if max_episode_steps is None:
             max_episode_steps = _registered_max_steps(env)
-        self.max_episode_steps = None if max_episode_steps is None else check_positive_int("max_episode_steps", max_episode_steps)
+        max_episode_steps = None if max_episode_steps is None else check_positive_int("max_episode_steps", max_episode_steps)
         self._viewer_closed = self._make_headless()
         self._cameras = tuple(base._sensors)
         self.keys = self._prune(modalities)
@@ -154,23 +250,16 @@ class ManiSkillVectorEnv(VectorEnv):
             # S world steps per action take the time one took with a single stage.
             self.base_physics_dt = float(base.scene.timestep)
             base.scene.set_timestep(self.base_physics_dt / self.pipeline_stages)
-        self._env_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self.sim = ManiSkillBatch(base, self.keys, self._cameras, max_episode_steps)
+        self.executor = Executor(self.sim, chunk=chunk, gamma=gamma, autoreset=True)
+        self.chunk, self.gamma, self.max_episode_steps = self.executor.chunk, self.executor.gamma, max_episode_steps
         single_action = base.single_action_space
-        self._action_dim = single_action.shape
-        self.single_action_space = (
-            single_action
-            if self.chunk is None
-            else spaces.Box(
-                np.broadcast_to(single_action.low, (self.chunk, *single_action.shape)),
-                np.broadcast_to(single_action.high, (self.chunk, *single_action.shape)),
-                dtype=single_action.dtype,
-            )
-        )
+        self.single_action_space = single_action if self.chunk is None else chunk_space(single_action, self.chunk)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
-        sample = self._observe(base.get_info())
-        self.single_observation_space = spaces.Dict({k: _box_for(v) for k, v in sample.items()})
+        self.single_observation_space = self.sim.single_observation_space
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"]}
+        self._all = torch.arange(self.num_envs, device=self.device)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: dict[int, concurrent.futures.Future] = {}
         self.closed = False
@@ -218,22 +307,6 @@ class ManiSkillVectorEnv(VectorEnv):
             keys += [f"{cam}_{t}" for t in textures]
         return keys
 
-    # -- observations ----------------------------------------------------------------------------
-    def _observe(self, info: Mapping[str, Any]) -> dict[str, Any]:
-        """The kept keys of one ``get_obs`` (the only call that renders)."""
-        return self._extract(self.base.get_obs(info))
-
-    def _extract(self, raw: Any) -> dict[str, Any]:
-        # Cloned: rendered images may be views of the renderer's buffers, rewritten by the next capture.
-        if not isinstance(raw, Mapping):
-            return {"state": raw.clone()}
-        out = {}
-        for key in self.keys:
-            split = split_key(key, self._cameras)
-            value = raw["state"] if split is None else raw["sensor_data"][split[0]][split[1]]
-            out[key] = value.clone()
-        return out
-
     # -- stepping --------------------------------------------------------------------------------
     def _as_actions(self, actions: Any, count: int) -> Any:
         torch = self.torch
@@ -243,129 +316,70 @@ class ManiSkillVectorEnv(VectorEnv):
             raise ValueError(f"actions must have shape {shape}, got {tuple(actions.shape)}")
         if not torch.isfinite(actions).all():
             raise ValueError("actions must be finite, got NaN or inf")
-        return actions if self.chunk is not None else actions[:, None]
+        return actions
 
-    def _world_chunk(self, actions: Any, active: Any) -> tuple[Any, ...]:
-        """Run up to K sub-steps of the whole world; ``active`` envs act, the others hold still.
-
-        Returns (obs, rewards, terminated, truncated, infos) for all envs; only the active rows
-        are meaningful.
-        """
-        torch, base = self.torch, self.base
-        n, k_max = self.num_envs, actions.shape[1]
-        rewards = torch.zeros((n, k_max), device=self.device)
-        done = ~active  # envs that act no more in this chunk (inactive ones never do)
-        terminated = torch.zeros(n, dtype=torch.bool, device=self.device)
-        truncated = torch.zeros_like(terminated)
-        steps = torch.zeros(n, dtype=torch.int64, device=self.device)
-        final_obs: dict[str, Any] = {}
-        final_info: dict[str, Any] = {}
-        for k in range(k_max):
-            # A parallel env cannot skip the shared physics step: once done, it holds still.
-            act = torch.where(done[:, None], torch.zeros_like(actions[:, k]), actions[:, k])
-            applied = base._step_action(act)
-            base._elapsed_steps += 1
-            info = base.get_info()
-            reward = base.get_reward(obs=None, action=applied, info=info)
-            live = ~done
-            self._env_steps += live
-            steps += live
-            rewards[:, k] = torch.where(live, torch.as_tensor(reward, device=self.device).float(), rewards[:, k])
-            term = _terminated(info, n, self.device) & live
-            trunc = torch.zeros_like(term)
-            if self.max_episode_steps is not None:
-                trunc = (self._env_steps >= self.max_episode_steps) & live & ~term
-            newly = term | trunc
-            terminated |= term
-            truncated |= trunc
-            done = done | newly
-            finished = k == k_max - 1 or bool(done.all())
-            if bool(newly.any()) or finished:
-                obs = self._observe(info)  # the chunk's end, or the end of some episodes
-                if bool(newly.any()):
-                    for key, value in obs.items():
-                        final_obs.setdefault(key, torch.zeros_like(value))[newly] = value[newly]
-                    _merge_info(final_info, info, newly, n, self.device)
-                if finished:
-                    break
-        infos: dict[str, Any] = {key: value for key, value in info.items() if key != "elapsed_steps"}
-        infos["chunk_steps"] = steps
-        infos["chunk_rewards"] = rewards
-        if self.gamma is None:
-            reward = rewards.sum(1)
-        else:
-            reward = (rewards * self.gamma ** torch.arange(k_max, device=self.device)).sum(1)
-            infos["chunk_discount"] = self.gamma ** steps.double()
-        ended = terminated | truncated
-        if bool(ended.any()):
-            idx = torch.nonzero(ended).flatten()
-            raw, reset_info = base.reset(options={"env_idx": idx})
-            self._env_steps[idx] = 0
-            obs = self._extract(raw)  # the whole batch, the ended envs' new episodes included
-            _merge_info(infos, reset_info, ended, n, self.device)
-            infos["final_obs"] = infos["final_observation"] = final_obs
-            infos["final_info"] = final_info
-            infos["_final_obs"] = infos["_final_observation"] = infos["_final_info"] = ended
-        if self.chunk is None:
-            infos.pop("chunk_rewards")
-            infos.pop("chunk_steps")
-        return obs, reward, terminated, truncated, infos
+    def _run(self, rows: Any, actions: Any) -> tuple[Any, ...]:
+        """One executor step of ``rows``, in Gymnasium's vector layout."""
+        out = self.executor.step(rows, actions)
+        infos = dict(out.infos)
+        if out.final_infos is not None:
+            ended = out.ended
+            finals = np.full(len(rows), None, dtype=object)
+            for i in self.sim.ops.nonzero(ended).tolist():
+                finals[i] = {key: value[i] for key, value in out.final_obs.items()}
+            infos["final_obs"] = infos["final_observation"] = finals
+            infos["_final_obs"] = infos["_final_observation"] = ended
+            infos["final_info"], infos["_final_info"] = out.final_infos, ended
+        return out.obs, out.rewards, out.terminated, out.truncated, infos
 
     def _stage_ids(self, stage: int) -> Any:
         if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or not 0 <= stage < self.pipeline_stages:
             raise ValueError(f"stage must be in [0, {self.pipeline_stages}), got {stage!r}")
         m = self.num_envs // self.pipeline_stages
-        return slice(stage * m, (stage + 1) * m)
+        return self._all[stage * m : (stage + 1) * m]
 
     def step(self, actions: Any) -> tuple[Any, ...]:
         """Step all envs (plain Gymnasium semantics, SAME_STEP partial autoreset)."""
         if self._pending:
             raise RuntimeError(f"stages {sorted(self._pending)} still have actions in flight; recv() them first")
-        actions = self._as_actions(actions, self.num_envs)
-        active = self.torch.ones(self.num_envs, dtype=self.torch.bool, device=self.device)
-        return self._world_chunk(actions, active)
+        return self._run(self._all, self._as_actions(actions, self.num_envs))
 
     def send(self, actions: Any, *, stage: int) -> None:
         """Step stage ``stage`` (the whole world advances) in the background; returns at once."""
-        ids = self._stage_ids(stage)
+        rows = self._stage_ids(stage)
         if stage in self._pending:
             raise RuntimeError(f"send(stage={stage}) twice: recv(stage={stage}) first")
-        stage_actions = self._as_actions(actions, ids.stop - ids.start)
-        full = self.torch.zeros((self.num_envs, *stage_actions.shape[1:]), device=self.device)
-        full[ids] = stage_actions
-        active = self.torch.zeros(self.num_envs, dtype=self.torch.bool, device=self.device)
-        active[ids] = True
+        stage_actions = self._as_actions(actions, len(rows))
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastenv-maniskill")
-        self._pending[stage] = self._executor.submit(self._world_chunk, full, active)
+        self._pending[stage] = self._executor.submit(self._run, rows, stage_actions)
 
     def recv(self, *, stage: int) -> tuple[Any, ...]:
         """That stage's (obs, rewards, terminations, truncations, infos)."""
-        ids = self._stage_ids(stage)
+        self._stage_ids(stage)
         if stage not in self._pending:
             raise RuntimeError(f"recv(stage={stage}) without send(stage={stage})")
-        obs, reward, terminated, truncated, infos = self._pending.pop(stage).result()
-        return _rows(obs, ids), reward[ids], terminated[ids], truncated[ids], _rows(infos, ids)
+        return self._pending.pop(stage).result()
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         """Reset all envs, or those in ``options["reset_mask"]`` (a bool array of N)."""
-        for stage in list(self._pending):
-            self._pending.pop(stage).result()
+        if self._pending:
+            raise RuntimeError(f"reset(): stages {sorted(self._pending)} still have actions in flight; recv() them first")
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
+        rows = self._all
         if mask is not None:
             mask = self.torch.as_tensor(np.asarray(mask), dtype=self.torch.bool, device=self.device)
             if tuple(mask.shape) != (self.num_envs,) or not bool(mask.any()):
                 raise ValueError(f"options['reset_mask'] must be a bool array of {self.num_envs} with a True, got {mask}")
-            options["env_idx"] = self.torch.nonzero(mask).flatten()
+            rows = self.torch.nonzero(mask).flatten()
+        seeds = None
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seed = [int(seed) + i for i in range(self.num_envs)]  # env i gets seed + i
-        _, info = self.base.reset(seed=seed, options=options or None)
-        if mask is None:
-            self._env_steps.zero_()
-        else:
-            self._env_steps[mask] = 0
-        return self._observe(self.base.get_info()), dict(info)
+            seeds = [int(seed) + i for i in rows.tolist()]  # env i gets seed + i
+        elif seed is not None:
+            seeds = [seed[i] for i in rows.tolist()]
+        _, info = self.executor.reset(rows, seeds, options or None)
+        return dict(self.sim.full_obs), info
 
     def render(self) -> Any:
         return self.base.render() if self.render_mode == "rgb_array" else None
@@ -407,29 +421,6 @@ def _terminated(info: Mapping[str, Any], n: int, device: Any) -> Any:
         if key in info:
             out |= torch.as_tensor(info[key], device=device).bool().reshape(n)
     return out
-
-
-def _merge_info(target: dict, info: Mapping[str, Any], rows: Any, n: int, device: Any) -> None:
-    import torch
-
-    for key, value in info.items():
-        if isinstance(value, Mapping):
-            _merge_info(target.setdefault(key, {}), value, rows, n, device)
-            continue
-        value = torch.as_tensor(value, device=device)
-        if value.ndim == 0 or value.shape[0] != n:
-            continue
-        if key not in target:
-            target[key] = torch.zeros_like(value)
-        target[key][rows] = value[rows]
-
-
-def _rows(data: Any, ids: slice) -> Any:
-    if isinstance(data, Mapping):
-        return {key: _rows(value, ids) for key, value in data.items()}
-    if hasattr(data, "shape") and len(data.shape) and data.shape[0] >= ids.stop:
-        return data[ids]
-    return data
 
 
 def _maniskill() -> Any:
@@ -479,6 +470,18 @@ def make_vec(
         env, modalities=keys, chunk=chunk, gamma=gamma, max_episode_steps=max_episode_steps,
         pipeline_stages=pipeline_stages, render_mode=render_mode,
     )
+
+
+def adopt(
+    env: gym.Env,
+    *,
+    chunk: int | None = None,
+    modalities: Sequence[str] | None = None,
+    gamma: float | None = None,
+    render_mode: str | None = None,
+) -> ManiSkillVectorEnv:
+    """A ManiSkill env someone built, driven in place as a ``ManiSkillVectorEnv`` (the registry's entry)."""
+    return ManiSkillVectorEnv(env, modalities=modalities, chunk=chunk, gamma=gamma, render_mode=render_mode)
 
 
 def make_env(num_envs: int = 1, **kwargs: Any) -> gym.Env:

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from fastenv._deps import require
+from fastenv.core.infos import STEP_KEYS, row_info
 
 require("stable_baselines3", "sb3", "Stable-Baselines3")
 
@@ -20,29 +21,32 @@ from stable_baselines3.common.vec_env import VecEnv, VecMonitor  # noqa: E402
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn  # noqa: E402
 
 
+def to_numpy(value: Any) -> Any:
+    """``value`` with every tensor in it (dicts, tuples, object arrays) as a numpy array."""
+    if isinstance(value, dict):
+        return {key: to_numpy(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(to_numpy(item) for item in value)
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        out = np.empty(value.shape, dtype=object)
+        for index, item in np.ndenumerate(value):
+            out[index] = to_numpy(item)
+        return out
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
+        return value.detach().cpu().numpy()
+    return value
+
+
 def unbatch_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
     """Gymnasium's batched infos (arrays plus ``_key`` masks) as one dict per env."""
-    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
-    for key, value in infos.items():
-        if key.startswith("_") or key == "final_observation":
-            continue
-        mask = infos.get(f"_{key}")
-        if isinstance(value, dict):
-            nested = unbatch_infos(value, num_envs)
-            for i in range(num_envs):
-                if mask is None or mask[i]:
-                    out[i][key] = nested[i]
-            continue
-        for i in range(num_envs):
-            if mask is None or mask[i]:
-                out[i][key] = value[i]
-    return out
+    return [row_info(infos, i) for i in range(num_envs)]
 
 
 class SB3VecEnv(VecEnv):
     """A Gymnasium vector env (SAME_STEP autoreset, e.g. ``PipelineVectorEnv``) as an SB3 ``VecEnv``.
 
-    Each done env's info gets ``terminal_observation`` (its final observation) and
+    Tensors (ManiSkill on GPU) come out as numpy arrays. Each done env's info gets
+    ``terminal_observation`` (its final observation) and
     ``TimeLimit.truncated`` (truncated and not terminated), which SB3 uses to bootstrap truncated
     episodes; the reset info goes to ``reset_infos``. ``get_attr``, ``set_attr``, ``env_method``
     and ``env_is_wrapped`` reach the envs in their workers. Wrap it in ``VecMonitor`` for episode
@@ -65,14 +69,14 @@ class SB3VecEnv(VecEnv):
         seeds = list(self._seeds)
         options = self._options
         if all(option == options[0] for option in options):
-            obs, infos = self.vector_env.reset(seed=seeds, options=dict(options[0]) or None)
+            obs, infos = to_numpy(self.vector_env.reset(seed=seeds, options=dict(options[0]) or None))
         else:  # different options per env: one partial reset per distinct options dict
             obs, infos = None, {}
             for option in {repr(o): o for o in options}.values():
                 mask = np.array([o == option for o in options])
-                obs, part = self.vector_env.reset(
+                obs, part = to_numpy(self.vector_env.reset(
                     seed=[s if m else None for s, m in zip(seeds, mask)], options={**option, "reset_mask": mask}
-                )
+                ))
                 for i, info in enumerate(unbatch_infos(part, self.num_envs)):
                     if mask[i]:
                         self.reset_infos[i] = info
@@ -88,14 +92,15 @@ class SB3VecEnv(VecEnv):
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
-        obs, rewards, terminations, truncations, infos = self.vector_env.step(self._actions)
+        obs, rewards, terminations, truncations, infos = to_numpy(self.vector_env.step(self._actions))
         dones = terminations | truncations
         per_env = unbatch_infos(infos, self.num_envs)
         out: list[dict[str, Any]] = []
         for i, info in enumerate(per_env):
             if dones[i]:
-                # SAME_STEP: the top-level info is the reset's; the step's own is final_info.
-                self.reset_infos[i] = {k: v for k, v in info.items() if k not in ("final_obs", "final_info")}
+                # SAME_STEP: the top-level info is the reset's (plus the transition's STEP_KEYS);
+                # the step's own is final_info.
+                self.reset_infos[i] = {k: v for k, v in info.items() if k not in ("final_obs", "final_info", *STEP_KEYS)}
                 step_info = dict(info.get("final_info", {}))
                 step_info["terminal_observation"] = info.get("final_obs")
                 step_info["TimeLimit.truncated"] = bool(truncations[i] and not terminations[i])
@@ -103,7 +108,7 @@ class SB3VecEnv(VecEnv):
             else:
                 info["TimeLimit.truncated"] = False
                 out.append(info)
-        return obs, np.asarray(rewards, dtype=np.float32), dones, out
+        return obs, np.asarray(rewards, dtype=np.float32), np.asarray(dones), out
 
     def close(self) -> None:
         self.vector_env.close()
@@ -155,4 +160,4 @@ def make_vec_env(env_id: str, num_envs: int, *, monitor: bool = True, **kwargs: 
     return VecMonitor(venv) if monitor else venv
 
 
-__all__ = ["SB3VecEnv", "make_vec_env", "unbatch_infos"]
+__all__ = ["SB3VecEnv", "make_vec_env", "to_numpy", "unbatch_infos"]

@@ -1,9 +1,10 @@
 """Vector envs: workers, shared-memory transport, pipeline stages and dynamic batching."""
 
+from fastenv.core.infos import final_observations
 from fastenv.vector.batched import BatchedEnv
 from fastenv.vector.factory import make_pipeline
 from fastenv.vector.layout import Layout
 from fastenv.vector.pipeline import PipelineVectorEnv
 from fastenv.vector.transport import WorkerError
 
-__all__ = ["BatchedEnv", "Layout", "PipelineVectorEnv", "WorkerError", "make_pipeline"]
+__all__ = ["BatchedEnv", "Layout", "PipelineVectorEnv", "WorkerError", "final_observations", "make_pipeline"]

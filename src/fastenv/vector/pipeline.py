@@ -3,28 +3,49 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import multiprocessing as mp
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
 from fastenv._validation import check_batch_actions, check_positive_int
 from fastenv.vector import worker as w
-from fastenv.vector.infos import add_info, with_legacy_final_keys
+from fastenv.core.arrays import get_row, put_rows, take_rows
+from fastenv.core.infos import add_info, step_keys, with_legacy_final_keys
 from fastenv.vector.layout import Layout
-from fastenv.vector.shared import get_row, put_rows, take_rows
-from fastenv.vector.transport import EnvFns, ProcessTransport, Transport, Worker, WorkerError
+from fastenv.vector.transport import ProcessTransport, Transport, Worker, WorkerError
 
-IDLE, PENDING, READY = 0, 1, 2
+IDLE, PENDING, READY = 0, 1, 2  # no action in flight / action sent / result arrived, not yet received
 _EMPTY: dict = {}  # shared, never mutated: the info of an env that reported none
+
+
+class Restart(enum.IntEnum):
+    """Where an env stands after its worker was replaced."""
+
+    NONE = 0
+    NEXT = 1  # its worker is new: the next action it is sent resets it instead of running
+    RESULT = 2  # its ready result is that reset: a transition that did not happen
+
+
+@dataclass
+class _EnvState:
+    """What the vector env knows about one env: one record per env."""
+
+    status: int = IDLE
+    by_ids: bool = False  # sent with env_ids (dynamic batching) rather than by stage
+    info: dict = field(default_factory=lambda: _EMPTY)
+    final: dict | None = None  # the step info of an episode that ended (autoreset)
+    restart: Restart = Restart.NONE
+    error: tuple[str, str, int] | None = None  # (message, traceback, env that raised) from its worker
 
 
 class _PerEnv:
@@ -145,15 +166,8 @@ class PipelineVectorEnv(VectorEnv):
         self.num_workers = self.layout.num_workers
         self.pipeline_stages = self.layout.num_stages
 
-        n = self.num_envs
-        self._status = np.zeros(n, dtype=np.int8)
-        self._by_ids = np.zeros(n, dtype=bool)  # sent with env_ids (dynamic batching) vs by stage
-        self._info: list[dict] = [{} for _ in range(n)]
-        self._final_info: list[dict | None] = [None] * n
-        self._restart_result = np.zeros(n, dtype=bool)  # the ready result is a worker restart
-        self._needs_restart = np.zeros(n, dtype=bool)  # the next action must reset it instead
-        self._errors: dict[int, tuple[str, str]] = {}
-        self._ready_queue: deque[int] = deque()
+        self._envs = [_EnvState() for _ in range(self.num_envs)]
+        self._ready_queue: deque[int] = deque()  # envs sent with env_ids whose results arrived, in order
         self._commands: dict[int, _Command] = {}
         self._next_cmd = 0
         self._seed_base: int | None = None
@@ -162,6 +176,7 @@ class PipelineVectorEnv(VectorEnv):
         self._groups: dict[tuple[int, int], list[tuple[Worker, list[int]]]] = {}
         self._group_ids: dict[tuple[int, int], np.ndarray] = {}
         self._group_sizes = {self.num_envs, self.layout.stage_size}
+        self._all_ids = np.arange(self.num_envs)
         for ids in [np.arange(self.num_envs)] + [self.layout.stage_envs(k) for k in range(self.pipeline_stages)]:
             key = (int(ids[0]), len(ids))
             self._group_ids[key] = ids
@@ -245,21 +260,21 @@ class PipelineVectorEnv(VectorEnv):
 
     def _dispatch_steps(self, gids: np.ndarray, per_env: bool) -> None:
         """Send step commands (one per worker) for ``gids``, whose actions are in shared memory."""
-        self._status[gids] = PENDING
-        self._by_ids[gids] = per_env
+        for gid in gids.tolist():
+            env = self._envs[gid]
+            env.status, env.by_ids = PENDING, per_env
         for worker, mine in self._split(gids):
             self._send_step(worker, mine, per_env)
 
     def _send_step(self, worker: Worker, gids: list[int], per_env: bool) -> None:
         restarts = {}
-        if self._needs_restart.any():
-            for gid in gids:
-                if self._needs_restart[gid]:
-                    # This env's worker was replaced: its action is not run; the env is reset and
-                    # the episode reported truncated (worker_restarted) instead.
-                    self._needs_restart[gid] = False
-                    self._restart_result[gid] = True
-                    restarts[gid] = self._restart_seed(gid, worker.restarts)
+        for gid in gids:
+            env = self._envs[gid]
+            if env.restart == Restart.NEXT:
+                # This env's worker was replaced: its action is not run; the env is reset and the
+                # episode reported truncated, marked worker_restarted (a transition that did not happen).
+                env.restart = Restart.RESULT
+                restarts[gid] = self._restart_seed(gid, worker.restarts)
         cmd = self._new_command(worker, w.STEP, list(gids), per_env)
         if not self._send(worker, (w.STEP, cmd, tuple(gids), restarts, per_env)):
             self._restart(worker, f"worker {worker.index} could not be reached")
@@ -284,16 +299,13 @@ class PipelineVectorEnv(VectorEnv):
             _, cmd, replies = message
             command = self._commands.get(cmd)
             if command is not None:
-                gids = command.gids
-                if self._errors:
-                    gids = [gid for gid in gids if gid not in self._errors]
                 # Only envs with an info or a finished episode are in the reply.
-                for gid in gids:
-                    self._info[gid] = _EMPTY
-                    self._final_info[gid] = None
-                for gid, info, final in replies:
-                    self._info[gid], self._final_info[gid] = info, final
-                self._status[gids] = READY
+                got = {gid: (info, final) for gid, info, final in replies}
+                for gid in command.gids:
+                    env = self._envs[gid]
+                    if env.error is None:
+                        env.info, env.final = got.get(gid, (_EMPTY, None))
+                        env.status = READY
                 self._finish(worker, cmd)
         elif kind in (w.RESET, w.RESULT):
             _, cmd, payload = message
@@ -302,19 +314,22 @@ class PipelineVectorEnv(VectorEnv):
                 command.result, command.done = payload, True
                 self._finish(worker, cmd)
         elif kind == w.ERROR:
-            _, cmd, gid, text, tb = message
+            _, cmd, gids, text, tb, origin = message
             command = self._commands.get(cmd)
-            if gid is not None:
-                self._errors[gid] = (text, tb)
-                if self._status[gid] == PENDING:  # ready to be collected, which raises the error
-                    self._status[gid] = READY
-                    if self._by_ids[gid]:
+            for gid in gids:
+                if gid is None:
+                    continue
+                env = self._envs[gid]
+                env.error = (text, tb, origin)
+                if env.status == PENDING:  # ready to be collected, which raises the error
+                    env.status = READY
+                    if env.by_ids:
                         self._ready_queue.append(gid)
-            if command is not None and command.per_env and gid in command.gids:
-                command.gids.remove(gid)
-                if not command.gids:
-                    self._finish(worker, cmd)
-            elif command is not None and command.kind in (w.CALL, w.SET_ATTR):
+                if command is not None and command.per_env and gid in command.gids:
+                    command.gids.remove(gid)
+                    if not command.gids:
+                        self._finish(worker, cmd)
+            if command is not None and command.kind in (w.CALL, w.SET_ATTR):
                 command.result, command.done = WorkerError(f"worker {worker.index}: {text}\n{tb}"), True
                 self._finish(worker, cmd)
         if worker.commands:
@@ -329,20 +344,23 @@ class PipelineVectorEnv(VectorEnv):
             worker.deadline = float("inf")
 
     def _complete(self, gid: int, info: dict, final: dict | None) -> None:
-        self._info[gid] = info
-        self._final_info[gid] = final
-        self._status[gid] = READY
-        if self._by_ids[gid]:
+        env = self._envs[gid]
+        env.info, env.final, env.status = info, final, READY
+        if env.by_ids:
             self._ready_queue.append(gid)
 
-    def _pump(self, timeout: float | None) -> None:
-        """Handle whatever the busy workers send within ``timeout``; restart dead or stuck ones."""
+    def _pump(self, timeout: float | None) -> int:
+        """Handle what the busy workers send within ``timeout``; restart dead or stuck ones.
+
+        Returns the number of messages handled.
+        """
         busy = [worker for worker in self._workers if worker.commands]
         if not busy:
-            return
+            return 0
         soonest = min(worker.deadline for worker in busy) - time.monotonic()
         wait_for = max(0.0, soonest if timeout is None else min(timeout, soonest))
-        for worker, message in self._transport.poll(busy, wait_for):
+        messages = self._transport.poll(busy, wait_for)
+        for worker, message in messages:
             if message is None:
                 self._restart(worker, f"worker {worker.index} died ({self._transport.describe_exit(worker)})")
             else:
@@ -351,6 +369,12 @@ class PipelineVectorEnv(VectorEnv):
         for worker in busy:
             if worker.commands and now > worker.deadline:
                 self._restart(worker, f"worker {worker.index} sent nothing for step_timeout={self.step_timeout}s")
+        return len(messages)
+
+    def _pump_arrived(self) -> None:
+        """Handle every message that has already arrived, without waiting for more."""
+        while self._pump(0.0):
+            pass
 
     def _wait(self, done: Callable[[], bool], deadline: float | None = None) -> bool:
         """Pump until ``done()`` or ``deadline`` (monotonic); False if the deadline came first."""
@@ -363,6 +387,10 @@ class PipelineVectorEnv(VectorEnv):
             self._pump(None if deadline is None else deadline - now)
         return True
 
+    def _all_ready(self, gids: list[int]) -> Callable[[], bool]:
+        envs = [self._envs[gid] for gid in gids]
+        return lambda: all(env.status == READY for env in envs)
+
     # -- worker failure -------------------------------------------------------------------------
     def _restart(self, worker: Worker, reason: str) -> None:
         """Replace a dead or stuck worker; its envs come back reset and reported truncated."""
@@ -371,7 +399,11 @@ class PipelineVectorEnv(VectorEnv):
         for cmd in sorted(worker.commands):
             command = self._commands.pop(cmd)
             if command.kind == w.STEP:
-                lost += [(gid, command.per_env) for gid in command.gids if self._status[gid] == PENDING and gid not in self._errors]
+                lost += [
+                    (gid, command.per_env)
+                    for gid in command.gids
+                    if self._envs[gid].status == PENDING and self._envs[gid].error is None
+                ]
             else:
                 command.result, command.done = WorkerError(f"{reason} during {command.kind}"), True
                 self._commands[cmd] = command  # keep the failed result for its waiter
@@ -383,8 +415,9 @@ class PipelineVectorEnv(VectorEnv):
         self._spawn(worker)
         self._await_ready(worker)
         self._attach(worker)
-        # Every env of the worker is new: the next action of each resets it instead.
-        self._needs_restart[worker.env_ids] = True
+        # Every env of the worker is new: the next action of each resets it instead of running.
+        for gid in worker.env_ids.tolist():
+            self._envs[gid].restart = Restart.NEXT
         for per_env in (False, True):
             gids = [gid for gid, p in lost if p == per_env]
             if gids:
@@ -392,16 +425,15 @@ class PipelineVectorEnv(VectorEnv):
 
     # -- results --------------------------------------------------------------------------------
     def _gather(self, gids: np.ndarray, rows: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        errors = [gid for gid in gids.tolist() if gid in self._errors] if self._errors else None
-        if errors:
-            self._status[gids] = IDLE
-            first = errors[0]
-            text, tb = self._errors[first]
-            for gid in errors:
-                self._errors.pop(gid)
+        records = [self._envs[gid] for gid in gids.tolist()]
+        failed = [gid for gid, env in zip(gids.tolist(), records) if env.error is not None]
+        if failed:
+            text, tb, origin = self._envs[failed[0]].error
+            for env in records:
+                env.status, env.error = IDLE, None
             raise WorkerError(
-                f"env {first} raised in worker {first % self.num_workers}: {text}\n"
-                f"(envs {errors} failed; their results are lost: call reset() to continue)\n"
+                f"env {origin} raised in worker {origin % self.num_workers}: {text}\n"
+                f"(envs {failed} have no result: reset them to continue)\n"
                 f"--- worker traceback ---\n{tb}"
             )
         obs = take_rows(self._obs, rows)
@@ -409,27 +441,24 @@ class PipelineVectorEnv(VectorEnv):
         terminations = self._terminations[rows].copy()
         truncations = self._truncations[rows].copy()
         infos: dict[str, Any] = {}
-        size = len(gids)
-        for pos, gid in enumerate(gids.tolist()):
-            if self._info[gid] is _EMPTY and self._final_info[gid] is None and not self._restart_result[gid]:
-                continue
-            if self._restart_result[gid]:
-                self._restart_result[gid] = False
+        size = len(records)
+        per_env = self.info_format == "per_env"
+        for pos, (gid, env) in enumerate(zip(gids.tolist(), records)):
+            env.status = IDLE
+            if env.restart == Restart.RESULT:
+                # The action was never run: report the episode cut where the caller last saw it.
+                env.restart = Restart.NONE
                 rewards[pos], terminations[pos], truncations[pos] = 0.0, False, True
-                final = {"worker_restarted": True}
-                add_info(infos, {"final_obs": get_row(self._last_obs, gid), "final_info": _PerEnv(final) if self.info_format == "per_env" else final}, pos, size)
-                add_info(infos, {**self._info[gid], "worker_restarted": True}, pos, size)
+                final = {**step_keys(env.info), "worker_restarted": True}
+                add_info(infos, {"final_obs": get_row(self._last_obs, gid), "final_info": _PerEnv(final) if per_env else final}, pos, size)
+                add_info(infos, {**env.info, "worker_restarted": True}, pos, size)
                 continue
-            final = self._final_info[gid]
-            if final is not None:
-                if self.info_format == "per_env":
-                    final = _PerEnv(final)
-                add_info(infos, {"final_obs": get_row(self._final_obs, gid), "final_info": final}, pos, size)
-            if self._info[gid]:
-                add_info(infos, self._info[gid], pos, size)
+            if env.final is not None:
+                add_info(infos, {"final_obs": get_row(self._final_obs, gid), "final_info": _PerEnv(env.final) if per_env else env.final}, pos, size)
+            if env.info:
+                add_info(infos, env.info, pos, size)
         put_rows(self._last_obs, rows, obs)
-        self._status[gids] = IDLE
-        if "final_info" in infos and self.info_format == "per_env":
+        if "final_info" in infos and per_env:
             infos["final_info"] = np.array([None if f is None else f.info for f in infos["final_info"]], dtype=object)
         return obs, rewards, terminations, truncations, with_legacy_final_keys(infos)
 
@@ -439,9 +468,9 @@ class PipelineVectorEnv(VectorEnv):
             raise RuntimeError("this vector env is closed")
 
     def _check_idle(self, gids: np.ndarray, what: str) -> None:
-        busy = gids[self._status[gids] != IDLE]
-        if len(busy):
-            raise RuntimeError(f"{what}: envs {busy.tolist()} still have actions in flight; recv() them first")
+        busy = [gid for gid in gids.tolist() if self._envs[gid].status != IDLE]
+        if busy:
+            raise RuntimeError(f"{what}: envs {busy} still have actions in flight; recv() them first")
 
     def _write_actions(self, actions: Any, gids: np.ndarray, rows: Any) -> None:
         actions = check_batch_actions(actions, self.single_action_space, len(gids))
@@ -469,19 +498,23 @@ class PipelineVectorEnv(VectorEnv):
     def recv(
         self, *, stage: int | None = None, max_batch: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Collect results: of a whole stage (``stage=k``), or of whichever envs sent with
-        ``env_ids`` are ready, as soon as ``max_batch`` are or ``timeout`` seconds have passed
-        (at least one; ``infos["env_ids"]`` says which)."""
+        """Collect results: of a whole stage (``stage=k``), or of the envs sent with ``env_ids``.
+
+        With ``env_ids``: every env whose result has arrived, up to ``max_batch``, as soon as
+        ``max_batch`` have or ``timeout`` seconds have passed (at least one; ``infos["env_ids"]``
+        says which, in the order they finished).
+        """
         self._check_open()
         if stage is not None:
             if max_batch is not None or timeout is not None:
                 raise ValueError("recv(stage=k) takes no max_batch or timeout")
             gids = self.layout.stage_envs(stage)
-            if (self._status[gids] == IDLE).any() or self._by_ids[gids].any():
+            records = [self._envs[gid] for gid in gids.tolist()]
+            if any(env.status == IDLE or env.by_ids for env in records):
                 raise RuntimeError(f"recv(stage={stage}) without send(stage={stage})")
-            self._wait(lambda: bool((self._status[gids] == READY).all()))
+            self._wait(self._all_ready(gids.tolist()))
             return self._gather(gids, slice(gids[0], gids[-1] + 1))
-        outstanding = int(((self._status != IDLE) & self._by_ids).sum())
+        outstanding = sum(1 for env in self._envs if env.status != IDLE and env.by_ids)
         if outstanding == 0:
             raise RuntimeError("recv() without send(env_ids=...): no env has actions in flight")
         batch = outstanding if max_batch is None else check_positive_int("max_batch", max_batch)
@@ -489,9 +522,11 @@ class PipelineVectorEnv(VectorEnv):
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._pump_arrived()
         if not self._wait(lambda: len(self._ready_queue) >= want, deadline):
             self._wait(lambda: len(self._ready_queue) >= 1)
-        gids = np.array([self._ready_queue.popleft() for _ in range(min(want, len(self._ready_queue)))], dtype=np.int64)
+        self._pump_arrived()  # whatever else finished meanwhile goes in this batch too
+        gids = np.array([self._ready_queue.popleft() for _ in range(min(batch, len(self._ready_queue)))], dtype=np.int64)
         result = self._gather(gids, gids)
         result[4]["env_ids"] = gids
         return result
@@ -499,25 +534,27 @@ class PipelineVectorEnv(VectorEnv):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step all N envs (plain Gymnasium semantics, SAME_STEP autoreset)."""
         self._check_open()
-        gids = np.arange(self.num_envs)
+        gids = self._all_ids
         self._check_idle(gids, "step()")
         self._write_actions(actions, gids, slice(None))
         self._dispatch_steps(gids, per_env=False)
-        self._wait(lambda: bool((self._status == READY).all()))
+        self._wait(self._all_ready(gids.tolist()))
         return self._gather(gids, slice(None))
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset all envs, or those in ``options["reset_mask"]``; env i gets seed ``seed + i``."""
+        """Reset all envs, or those in ``options["reset_mask"]``; env i gets seed ``seed + i``.
+
+        The envs reset must have no action in flight (their transitions would be lost); other
+        envs may, and their results are delivered by ``recv`` as usual.
+        """
         self._check_open()
-        self._drain()
         n = self.num_envs
         if seed is None:
             seeds: list[int | None] = [None] * n
         elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             seeds = [int(seed) + i for i in range(n)]
-            self._seed_base = int(seed)
         else:
             seeds = list(seed)
             if len(seeds) != n:
@@ -531,6 +568,16 @@ class PipelineVectorEnv(VectorEnv):
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one env")
         gids = np.flatnonzero(mask)
+        self._check_idle(gids, "reset()")
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            self._seed_base = int(seed)
+        for worker, mine in self._split(gids):
+            self._ensure_alive(worker)
+            for gid in mine:
+                if seeds[gid] is None and self._envs[gid].restart == Restart.NEXT:
+                    # A fresh env (its worker was replaced) has no generator state to go on from:
+                    # seed it as a restart does, so its episodes stay reproducible.
+                    seeds[gid] = self._restart_seed(gid, worker.restarts)
         commands = self._request(gids, w.RESET, lambda cmd, mine: (w.RESET, cmd, mine, [seeds[g] for g in mine], options))
         infos: dict[str, Any] = {}
         failures = []
@@ -540,23 +587,18 @@ class PipelineVectorEnv(VectorEnv):
                 continue
             for gid, info, _ in command.result:
                 add_info(infos, info, gid, n)
-        errors = {gid: self._errors.pop(gid) for gid in gids.tolist() if gid in self._errors}
-        self._needs_restart[gids] = False
-        self._restart_result[gids] = False
-        self._status[gids] = IDLE
+        errors = {}
+        for gid in gids.tolist():
+            env = self._envs[gid]
+            if env.error is not None:
+                errors[gid] = env.error
+            env.status, env.error, env.restart, env.info, env.final = IDLE, None, Restart.NONE, _EMPTY, None
         if errors or failures:
-            gid, (text, tb) = next(iter(errors.items())) if errors else (None, (failures[0], ""))
+            text, tb, _ = next(iter(errors.values())) if errors else (failures[0], "", None)
             raise WorkerError(f"reset failed for envs {sorted(errors) or '?'}: {text}\n{tb}")
-        obs = take_rows(self._obs, slice(None))
-        put_rows(self._last_obs, slice(None), obs)
-        return obs, infos
-
-    def _drain(self) -> None:
-        """Wait out actions still in flight and drop their results (before a reset)."""
-        self._wait(lambda: not (self._status == PENDING).any())
-        self._status[:] = IDLE
-        self._ready_queue.clear()
-        self._errors.clear()
+        # Envs not reset keep the observation the caller last saw (one in flight has no newer one).
+        put_rows(self._last_obs, gids, take_rows(self._obs, gids))
+        return take_rows(self._last_obs, slice(None)), infos
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` (or read it, if not callable) on every env; results in env order."""
@@ -572,7 +614,7 @@ class PipelineVectorEnv(VectorEnv):
         Example:
             >>> envs.apply(lambda env: type(env.unwrapped).__name__)
         """
-        return self._call(env_ids, EnvFns([fn]), args, kwargs)
+        return self._call(env_ids, CloudpickleWrapper(fn), args, kwargs)
 
     def _call(self, env_ids: Sequence[int] | None, target: Any, args: tuple, kwargs: dict) -> tuple[Any, ...]:
         self._check_open()
@@ -620,7 +662,7 @@ class PipelineVectorEnv(VectorEnv):
 
     def in_flight(self) -> np.ndarray:
         """Ids of the envs whose actions were sent and whose results were not yet received."""
-        return np.flatnonzero(self._status != IDLE)
+        return np.array([gid for gid, env in enumerate(self._envs) if env.status != IDLE], dtype=np.int64)
 
     @property
     def worker_pids(self) -> list[int]:

@@ -16,11 +16,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.utils import CloudpickleWrapper
 
 from fastenv._deps import require
 from fastenv.vector import worker as w
-from fastenv.vector.shared import put_rows, take_rows
-from fastenv.vector.transport import EnvFns, Worker, WorkerError
+from fastenv.core.arrays import put_rows, take_rows
+from fastenv.vector.transport import Worker, WorkerError
 
 STRATEGIES = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")
 
@@ -46,7 +47,7 @@ class RayOptions:
 class RayWorker:
     """The actor: a worker's envs, with local buffers instead of shared memory."""
 
-    def __init__(self, env_fns: EnvFns, env_ids: list[int], pipeline_stages: int, threads: int | None) -> None:
+    def __init__(self, env_fns: CloudpickleWrapper, env_ids: list[int], pipeline_stages: int, threads: int | None) -> None:
         self.env_ids = list(env_ids)
         self.core, self.description = w.start_core(env_fns, env_ids, range(len(env_ids)), pipeline_stages, threads)
         self.local = {gid: j for j, gid in enumerate(self.env_ids)}
@@ -102,8 +103,9 @@ class RayTransport:
             raise ValueError(f"unknown ray_options {unknown}; allowed: {sorted(RayOptions.__dataclass_fields__)}")
         self.options = RayOptions(**options)
         self._stages, self._threads = pipeline_stages, threads
-        self._owns_ray = not self.ray.is_initialized()
-        if self._owns_ray:
+        if not self.ray.is_initialized():
+            # Started here but never shut down here: other code in this process may use Ray too
+            # (another vector env, the user's own tasks). Ray stops with the process.
             self.ray.init(address=self.options.address, include_dashboard=False, logging_level="warning", log_to_driver=False)
         from ray.util.placement_group import placement_group
 
@@ -133,7 +135,7 @@ class RayTransport:
 
     def start(self, worker: Worker, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
         actor = self._actor_class.options(**self._actor_options(worker.index)).remote(
-            EnvFns(env_fns), worker.env_ids.tolist(), self._stages, self._threads
+            CloudpickleWrapper(list(env_fns)), worker.env_ids.tolist(), self._stages, self._threads
         )
         worker.handle = _Actor(actor, actor.describe.remote())
 
@@ -229,5 +231,3 @@ class RayTransport:
             remove_placement_group(self._pg)
         except Exception:
             pass
-        if self._owns_ray:
-            ray.shutdown()

@@ -36,49 +36,6 @@ def structure(space: spaces.Space, arrays: Mapping[str, np.ndarray], prefix: str
     return arrays[prefix]
 
 
-def write_row(batch: Any, row: int, value: Any) -> None:
-    """Write one env's value into row ``row`` of a batched structure."""
-    if isinstance(batch, dict):
-        for key, sub in batch.items():
-            write_row(sub, row, value[key])
-    elif isinstance(batch, tuple):
-        for sub, item in zip(batch, value):
-            write_row(sub, row, item)
-    else:
-        batch[row] = value
-
-
-def take_rows(batch: Any, rows: Any) -> Any:
-    """A copy of ``rows`` (slice or index array) of a batched structure."""
-    if isinstance(batch, dict):
-        return {key: take_rows(sub, rows) for key, sub in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(take_rows(sub, rows) for sub in batch)
-    return batch[rows].copy() if isinstance(rows, slice) else batch[rows]
-
-
-def put_rows(batch: Any, rows: Any, value: Any) -> None:
-    """Write a batched ``value`` into ``rows`` of a batched structure."""
-    if isinstance(batch, dict):
-        for key, sub in batch.items():
-            put_rows(sub, rows, value[key])
-    elif isinstance(batch, tuple):
-        for sub, item in zip(batch, value):
-            put_rows(sub, rows, item)
-    else:
-        batch[rows] = value
-
-
-def get_row(batch: Any, row: int) -> Any:
-    """A copy of one env's value."""
-    if isinstance(batch, dict):
-        return {key: get_row(sub, row) for key, sub in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(get_row(sub, row) for sub in batch)
-    value = batch[row]
-    return value.copy() if isinstance(value, np.ndarray) else value
-
-
 class SharedArrays:
     """Named arrays of ``num_rows`` rows in a single shared-memory block.
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.utils import CloudpickleWrapper
 
 from fastenv.vector import worker as w
 from fastenv.vector.shared import SharedArrays
@@ -25,19 +25,6 @@ from fastenv.vector.shared import SharedArrays
 
 class WorkerError(RuntimeError):
     """An env raised inside a worker (the message carries the worker's traceback)."""
-
-
-class EnvFns:
-    """Env constructors (or a function), pickled with cloudpickle so lambdas and closures travel."""
-
-    def __init__(self, fns: Sequence[Callable[..., Any]]) -> None:
-        self.fns = list(fns)
-
-    def __getstate__(self) -> bytes:
-        return cloudpickle.dumps(self.fns)
-
-    def __setstate__(self, state: bytes) -> None:
-        self.fns = cloudpickle.loads(state)
 
 
 @dataclass
@@ -110,7 +97,7 @@ class ProcessTransport:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(
             target=w.worker_main,
-            args=(EnvFns(env_fns), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait),
+            args=(CloudpickleWrapper(list(env_fns)), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait),
             name=f"fastenv-worker-{worker.index}",
             daemon=True,
         )

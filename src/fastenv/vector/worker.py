@@ -1,8 +1,9 @@
 """The worker process: holds a slice of envs, steps the ones it is told to, writes to shared memory.
 
 Pipes carry only commands and infos; observations, actions, rewards and flags go through the
-shared block. A done env is reset in the same step (Gymnasium's SAME_STEP autoreset), its final
-observation written to its row of the ``final_obs`` arrays.
+shared block. The envs are stepped by fastenv's executor: a done env is reset in the same step
+(Gymnasium's SAME_STEP autoreset), its final observation written to its row of the
+``final_obs`` arrays.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fastenv.vector.shared import SharedArrays, get_row, leaf_specs, structure, write_row
+from fastenv.core.arrays import put_rows, take_rows
+from fastenv.core.batch import EnvBatch
+from fastenv.core.executor import Executor
+from fastenv.vector.shared import SharedArrays, leaf_specs, structure
 
 # Commands (main -> worker); replies (worker -> main) start with the same word, or "error".
 STEP, RESET, CALL, SET_ATTR, ATTACH, CLOSE = "step", "reset", "call", "set_attr", "attach", "close"
@@ -39,7 +43,9 @@ def env_attr(env: gym.Env, name: str, default: Any = None) -> Any:
 class WorkerCore:
     """The envs of one worker and what it does with them, apart from any transport.
 
-    ``rows`` maps each local env to its row in the output arrays.
+    The envs are one batch stepped by fastenv's executor with same-step autoreset, so a worker
+    gives exactly the semantics of ``ActionChunk`` and of the batched backends. ``rows`` maps
+    each local env to its row in the output arrays.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], env_ids: Sequence[int], rows: Sequence[int]):
@@ -47,6 +53,9 @@ class WorkerCore:
         self.local = {gid: j for j, gid in enumerate(self.env_ids)}
         self.rows = [int(r) for r in rows]
         self.envs = [fn() for fn in env_fns]
+        self.batch = EnvBatch(self.envs)
+        self.executor = Executor(self.batch, autoreset=True)
+        self._index = [np.array([j]) for j in range(len(self.envs))]  # each env as a batch of one row
 
     def describe(self, pipeline_stages: int) -> dict[str, Any]:
         """Spaces and capabilities, after rescaling shared physics for the pipeline."""
@@ -79,32 +88,44 @@ class WorkerCore:
         self.obs, self.final_obs, self.actions = obs, final_obs, actions
         self.rewards, self.terminations, self.truncations = rewards, terminations, truncations
 
-    def step_one(self, gid: int) -> tuple[dict, dict | None]:
-        """Step env ``gid`` with its action row; autoreset it if done. Returns (info, final_info)."""
-        j = self.local[gid]
-        row = self.rows[j]
-        env = self.envs[j]
-        obs, reward, terminated, truncated, info = env.step(get_row(self.actions, row))
-        self.rewards[row] = reward
-        self.terminations[row] = terminated
-        self.truncations[row] = truncated
-        if terminated or truncated:
-            write_row(self.final_obs, row, obs)
-            obs, reset_info = env.reset()
-            write_row(self.obs, row, obs)
-            return reset_info, info
-        write_row(self.obs, row, obs)
-        return info, None
+    def step(self, gids: Sequence[int]) -> list[tuple[int, dict, dict | None]]:
+        """Step envs ``gids`` with their action rows, as one batch (autoreset where done).
+
+        Returns (gid, info, final_info or None) per env. When an env raises, the exception goes
+        on and ``batch.failed_row`` says which env it was.
+        """
+        local = [self.local[gid] for gid in gids]
+        rows = [self.rows[j] for j in local]
+        out_rows = np.array(rows)
+        self.batch.failed_row = -1
+        out = self.executor.step(np.array(local), take_rows(self.actions, out_rows))
+        self.rewards[out_rows] = out.rewards
+        self.terminations[out_rows] = out.terminated
+        self.truncations[out_rows] = out.truncated
+        replies = []
+        for i, (gid, row) in enumerate(zip(gids, rows)):
+            final = None
+            if out.ended[i]:
+                put_rows(self.final_obs, row, out.final_obs[i])
+                final = out.final_infos[i]
+            put_rows(self.obs, row, out.obs[i])
+            replies.append((gid, out.infos[i], final))
+        return replies
 
     def reset_one(self, gid: int, seed: int | None, options: dict | None) -> dict:
         j = self.local[gid]
         row = self.rows[j]
-        obs, info = self.envs[j].reset(seed=seed, options=options)
-        write_row(self.obs, row, obs)
+        obs, infos = self.executor.reset(self._index[j], [seed], options)
+        put_rows(self.obs, row, obs[0])
         self.rewards[row] = 0.0
         self.terminations[row] = False
         self.truncations[row] = False
-        return info
+        return infos[0]
+
+    def restart_one(self, gid: int, seed: int | None) -> dict:
+        """A fresh env after a worker restart: its reset info plus the keys of a step in which nothing ran."""
+        info = self.reset_one(gid, seed, None)
+        return {**info, **self.executor.null_step_infos(self._index[self.local[gid]])[0]}
 
     def call(self, gids: Sequence[int], target: Any, args: tuple, kwargs: dict) -> list[Any]:
         """Call a method (or read an attribute) by name, or apply a function, on each env."""
@@ -115,7 +136,7 @@ class WorkerCore:
                 attr = env.get_wrapper_attr(target)
                 out.append(attr(*args, **kwargs) if callable(attr) else attr)
             else:  # a function shipped with cloudpickle (PipelineVectorEnv.apply)
-                out.append(target.fns[0](env, *args, **kwargs))
+                out.append(target.fn(env, *args, **kwargs))
         return out
 
     def set_attr(self, gids: Sequence[int], name: str, values: Sequence[Any]) -> None:
@@ -159,7 +180,7 @@ def start_core(env_fns_blob: Any, env_ids: Sequence[int], rows: Sequence[int], p
         os.environ.update(limit_threads(threads))
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)
-    core = WorkerCore(env_fns_blob.fns, env_ids, rows)
+    core = WorkerCore(env_fns_blob.fn, env_ids, rows)
     description = core.describe(pipeline_stages)
     description["pid"] = os.getpid()
     return core, description
@@ -172,18 +193,29 @@ def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> No
         _, cmd, gids, restarts, per_env = message
         replies = []
         for gid in gids:
-            try:
-                if gid in restarts:
-                    entry = (gid, core.reset_one(gid, restarts[gid], None), None)
+            if gid in restarts:
+                try:
+                    entry = (gid, core.restart_one(gid, restarts[gid]), None)
+                except Exception as exc:
+                    send(error_message(cmd, [gid], exc))
+                    continue
+                if per_env:
+                    send((ENV, cmd, entry))
                 else:
-                    entry = (gid, *core.step_one(gid))
-            except Exception as exc:
-                send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                    replies.append(entry)
+        # Envs sent by stage are stepped as one batch; envs sent one by one (dynamic batching)
+        # are stepped one by one, each result sent as soon as it is there.
+        stepped = [gid for gid in gids if gid not in restarts]
+        for batch in ([gid] for gid in stepped) if per_env else ([stepped] if stepped else []):
+            try:
+                entries = core.step(batch)
+            except Exception as exc:  # every env of the batch fails: none has a result
+                send(error_message(cmd, batch, exc, core))
                 continue
             if per_env:
-                send((ENV, cmd, entry))
-            elif entry[1] or entry[2] is not None:
-                replies.append(entry)
+                send((ENV, cmd, entries[0]))
+            else:
+                replies += [entry for entry in entries if entry[1] or entry[2] is not None]
         if not per_env:
             send((STEP, cmd, replies))
     elif kind == RESET:
@@ -193,7 +225,7 @@ def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> No
             try:
                 replies.append((gid, core.reset_one(gid, seed, options), None))
             except Exception as exc:
-                send((ERROR, cmd, gid, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                send(error_message(cmd, [gid], exc))
         send((RESET, cmd, replies))
     elif kind in (CALL, SET_ATTR):
         cmd = message[1]
@@ -206,9 +238,17 @@ def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> No
                 core.set_attr(gids, name, values)
                 send((RESULT, cmd, None))
         except Exception as exc:
-            send((ERROR, cmd, None, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            send(error_message(cmd, [None], exc))
     else:
         raise ValueError(f"unknown command {kind!r}")
+
+
+def error_message(cmd: int, gids: Sequence[int | None], exc: BaseException, core: WorkerCore | None = None) -> tuple:
+    """(ERROR, cmd, envs that have no result, text, traceback, env that raised)."""
+    origin = gids[0]
+    if core is not None and 0 <= core.batch.failed_row < len(core.env_ids):
+        origin = core.env_ids[core.batch.failed_row]
+    return (ERROR, cmd, list(gids), f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)), origin)
 
 
 def worker_main(

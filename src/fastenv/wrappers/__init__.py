@@ -1,7 +1,6 @@
-"""Single-env wrappers: headless rendering, modality pruning, action chunks."""
+"""Single-env wrappers: headless rendering, modality pruning, action chunks, flat spaces."""
 
 from fastenv.wrappers.action import ActionChunk, chunk_space
-from fastenv.wrappers.base import FastenvWrapper
 from fastenv.wrappers.flatten import FlattenActionChunk, FlattenModalities
 from fastenv.wrappers.observation import PruneModalities
 from fastenv.wrappers.rendering import HeadlessRender
@@ -9,7 +8,10 @@ from fastenv.wrappers.stack import wrap
 
 __all__ = [
     "ActionChunk",
-    "FastenvWrapper",
     "FlattenActionChunk",
     "FlattenModalities",
-    "HeadlessRender", "PruneModalities", "chunk_space", "wrap"]
+    "HeadlessRender",
+    "PruneModalities",
+    "chunk_space",
+    "wrap",
+]

@@ -10,7 +10,8 @@ from gymnasium import spaces
 
 from fastenv._validation import check_action, check_discount, check_positive_int
 from fastenv.backends.base import Info, ObsType
-from fastenv.wrappers.base import FastenvWrapper
+from fastenv.core.batch import EnvBatch
+from fastenv.core.executor import Executor, null_chunk_info
 
 
 def chunk_space(space: spaces.Space, chunk: int) -> spaces.Space:
@@ -32,7 +33,7 @@ def chunk_space(space: spaces.Space, chunk: int) -> spaces.Space:
     raise TypeError(f"ActionChunk supports Box, Discrete and MultiDiscrete action spaces, got {space}")
 
 
-class ActionChunk(FastenvWrapper):
+class ActionChunk(gym.Wrapper):
     """Execute an action chunk of K sub-actions per step and observe once, at its end.
 
     Each sub-action runs a full simulator sub-step (controller, physics, reward, termination);
@@ -41,60 +42,51 @@ class ActionChunk(FastenvWrapper):
     truncation stops the chunk: the remaining sub-actions are not executed.
     ``info["chunk_steps"]`` is k and ``info["chunk_rewards"]`` the K sub-step rewards (0 after k).
 
+    Observations are skipped when the env below can sub-step (a fastenv ``SimEnv``) and every
+    wrapper in between only maps values (Gymnasium's observation, reward and action wrappers);
+    a wrapper that must see every step makes every sub-step a full one, with a
+    ``SubstepDisabledWarning``. Any other Gymnasium env is stepped normally, keeping the last
+    observation: the same semantics, without the speed-up.
+
     Args:
         env: the env to chunk.
         chunk: K, the number of sub-actions per action (>= 1).
         gamma: discount applied inside the chunk, or None to sum the rewards.
+        episode_statistics: add ``info["episode"]`` when an episode ends, counted over sub-steps:
+            the undiscounted return ``r``, the length ``l`` in simulator steps, the time ``t``.
 
     Example:
         >>> env = ActionChunk(env, chunk=8)   # action_space: Box(8, act_dim)
     """
 
-    def __init__(self, env: gym.Env, chunk: int, gamma: float | None = None) -> None:
+    def __init__(self, env: gym.Env, chunk: int, gamma: float | None = None, episode_statistics: bool = False) -> None:
         self.chunk = check_positive_int("chunk", chunk)
         self.gamma = None if gamma is None else check_discount("gamma", gamma)
         super().__init__(env)
-        self._sub_action_space = self.env.action_space
-        self.action_space = chunk_space(self._sub_action_space, self.chunk)
-        if self.gamma is not None:
-            self._discounts = self.gamma ** np.arange(self.chunk, dtype=np.float64)
+        self.action_space = chunk_space(env.action_space, self.chunk)
+        self._batch = EnvBatch([env], owner="ActionChunk")
+        self._executor = Executor(self._batch, chunk=self.chunk, gamma=self.gamma, episode_statistics=episode_statistics)
+        self._row = np.zeros(1, dtype=np.int64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[ObsType, Info]:
+        obs, infos = self._executor.reset(self._row, [seed], options)
+        return obs[0], infos[0]
 
     def step(self, action: Any) -> tuple[ObsType, SupportsFloat, bool, bool, Info]:
         actions = check_action(action, self.action_space, "action chunk")
-        rewards = np.zeros(self.chunk, dtype=np.float64)
-        last = self.chunk - 1
-        for k in range(self.chunk):
-            if k == last:
-                obs, reward, terminated, truncated, info = self.env.step(actions[k])
-            else:
-                reward, terminated, truncated, info = self.env.substep(actions[k])
-            rewards[k] = reward
-            if terminated or truncated:
-                if k < last:
-                    obs = self.env.observe()
-                break
-        return obs, self._chunk_reward(rewards, k + 1), terminated, truncated, self._chunk_info(info, rewards, k + 1)
+        out = self._executor.step(self._row, actions[None])
+        return out.obs[0], float(out.rewards[0]), bool(out.terminated[0]), bool(out.truncated[0]), out.infos[0]
 
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
         """Execute a whole chunk without producing an observation."""
         actions = check_action(action, self.action_space, "action chunk")
-        rewards = np.zeros(self.chunk, dtype=np.float64)
-        for k in range(self.chunk):
-            reward, terminated, truncated, info = self.env.substep(actions[k])
-            rewards[k] = reward
-            if terminated or truncated:
-                break
-        return self._chunk_reward(rewards, k + 1), terminated, truncated, self._chunk_info(info, rewards, k + 1)
+        out = self._executor.step(self._row, actions[None], observe=False)
+        return float(out.rewards[0]), bool(out.terminated[0]), bool(out.truncated[0]), out.infos[0]
 
-    def _chunk_reward(self, rewards: np.ndarray, steps: int) -> float:
-        if self.gamma is None:
-            return float(rewards[:steps].sum())
-        return float(rewards[:steps] @ self._discounts[:steps])
+    def observe(self) -> ObsType:
+        """The observation of the current state."""
+        return self._batch.rows[0].observe()
 
-    def _chunk_info(self, info: Info, rewards: np.ndarray, steps: int) -> Info:
-        info = dict(info)
-        info["chunk_steps"] = steps
-        info["chunk_rewards"] = rewards
-        if self.gamma is not None:
-            info["chunk_discount"] = self.gamma**steps
-        return info
+    def null_step_info(self) -> Info:
+        """The chunk keys of a transition in which no sub-step ran (what a worker restart reports)."""
+        return null_chunk_info(self.chunk, self.gamma)

@@ -9,11 +9,9 @@ import numpy as np
 from gymnasium import spaces
 
 from fastenv._validation import check_real_array
-from fastenv.backends.base import Info
-from fastenv.wrappers.base import FastenvWrapper
 
 
-class FlattenModalities(FastenvWrapper):
+class FlattenModalities(gym.ObservationWrapper):
     """Concatenate the kept observation keys (in the Dict space's order) into one float32 Box.
 
     Example:
@@ -22,7 +20,7 @@ class FlattenModalities(FastenvWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        space = self.env.observation_space
+        space = env.observation_space
         if not isinstance(space, spaces.Dict) or not all(isinstance(s, spaces.Box) for s in space.spaces.values()):
             raise ValueError(f"FlattenModalities needs a Dict of Box spaces, got {space}")
         self._keys = list(space.spaces)
@@ -30,22 +28,11 @@ class FlattenModalities(FastenvWrapper):
         high = np.concatenate([s.high.astype(np.float32).ravel() for s in space.spaces.values()])
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
 
-    def observation(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        return np.concatenate([np.asarray(obs[key], dtype=np.float32).ravel() for key in self._keys])
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self.observation(obs), info
-
-    def step(self, action: Any):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self.observation(obs), reward, terminated, truncated, info
-
-    def observe(self) -> np.ndarray:
-        return self.observation(self.env.observe())
+    def observation(self, observation: dict[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(observation[key], dtype=np.float32).ravel() for key in self._keys])
 
 
-class FlattenActionChunk(FastenvWrapper):
+class FlattenActionChunk(gym.ActionWrapper):
     """Accept a chunk of actions Box(K, d) as one flat vector Box(K * d).
 
     Example:
@@ -54,17 +41,11 @@ class FlattenActionChunk(FastenvWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        space = self.env.action_space
+        space = env.action_space
         if not isinstance(space, spaces.Box):
             raise ValueError(f"FlattenActionChunk needs a Box action space, got {space}")
         self._shape = space.shape
         self.action_space = spaces.Box(space.low.ravel(), space.high.ravel(), dtype=space.dtype)
 
-    def _unflatten(self, action: Any) -> np.ndarray:
+    def action(self, action: Any) -> np.ndarray:
         return check_real_array(action, self.action_space.shape, "action").reshape(self._shape)
-
-    def step(self, action: Any):
-        return self.env.step(self._unflatten(action))
-
-    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
-        return self.env.substep(self._unflatten(action))

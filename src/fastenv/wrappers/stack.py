@@ -7,7 +7,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from fastenv.core import as_sim_env
+from fastenv.backends.base import KEEP
+from fastenv.backends.registry import find_backend
 from fastenv.wrappers.action import ActionChunk
 from fastenv.wrappers.flatten import FlattenActionChunk, FlattenModalities
 from fastenv.wrappers.observation import PruneModalities
@@ -20,10 +21,11 @@ def wrap(
     chunk: int | None = None,
     modalities: Sequence[str] | None = None,
     headless: bool = True,
-    render_mode: str | None = None,
+    render_mode: str | None = KEEP,
     gamma: float | None = None,
     flatten: bool = False,
-) -> gym.Env:
+    episode_statistics: bool = False,
+) -> Any:
     """Apply fastenv's stack to an env you already have.
 
     The order is fixed: simulator adapter -> HeadlessRender -> PruneModalities -> ActionChunk
@@ -32,36 +34,45 @@ def wrap(
     flattening comes last, for libraries that want one Box in and one vector out.
 
     Args:
-        env: a Gymnasium env, a LIBERO env (``OffScreenRenderEnv``), or a ManiSkill env (then
-            the result is a batched ``ManiSkillVectorEnv``, since ManiSkill envs are batched).
+        env: a Gymnasium env (any wrapper stack), or an env of a registered simulator: a LIBERO
+            ``OffScreenRenderEnv`` (adopted by its adapter), a ManiSkill env (then the result is
+            a batched vector env, since ManiSkill envs are batched).
         chunk: sub-actions per action; None leaves the action space as it is.
         modalities: observation keys to keep; None keeps them all.
         headless: close viewers and render only to arrays.
-        render_mode: with ``headless``, None or "rgb_array".
+        render_mode: with ``headless``: "keep" (the env's frames, a window's turned into arrays),
+            None or "rgb_array".
         gamma: discount inside a chunk (None sums rewards).
         flatten: one float32 Box observation (the kept keys concatenated) and flat actions.
+        episode_statistics: ``info["episode"]`` at each episode's end: undiscounted return and
+            length in simulator steps.
 
     Example:
         >>> env = fastenv.wrap(gym.make("CartPole-v1"), chunk=4)
     """
-    if isinstance(env, gym.Env) and type(env.unwrapped).__module__.startswith("mani_skill."):
-        # ManiSkill envs are batched on one device: they become a batched vector env in place.
-        from fastenv.backends.maniskill import ManiSkillVectorEnv
-
-        if flatten or not headless:
-            raise ValueError("for ManiSkill envs wrap() takes chunk, modalities, gamma and render_mode")
-        return ManiSkillVectorEnv(env, modalities=modalities, chunk=chunk, gamma=gamma, render_mode=render_mode)
-    env = as_sim_env(env)
+    backend = find_backend(env)
+    if backend is not None and backend.batched:
+        if flatten or not headless or episode_statistics:
+            raise ValueError(f"for {backend.name} envs wrap() takes chunk, modalities, gamma and render_mode")
+        return backend.load()(env, chunk=chunk, modalities=modalities, gamma=gamma, render_mode=render_mode)
+    if backend is not None:
+        env = backend.load()(env)
+    elif not isinstance(env, gym.Env):
+        raise TypeError(
+            f"fastenv wraps a gymnasium.Env or an env of a registered simulator, got {type(env).__module__}.{type(env).__name__}"
+        )
     if headless:
         env = HeadlessRender(env, render_mode=render_mode)
-    elif render_mode is not None:
+    elif render_mode != KEEP:
         raise ValueError("render_mode is only set by wrap() with headless=True")
     if modalities is not None:
         env = PruneModalities(env, modalities)
     if chunk is not None:
-        env = ActionChunk(env, chunk=chunk, gamma=gamma)
+        env = ActionChunk(env, chunk=chunk, gamma=gamma, episode_statistics=episode_statistics)
     elif gamma is not None:
         raise ValueError("gamma discounts rewards inside a chunk; pass chunk= as well")
+    elif episode_statistics:
+        env = gym.wrappers.RecordEpisodeStatistics(env)
     if flatten:
         env = FlattenActionChunk(FlattenModalities(env))
     return env

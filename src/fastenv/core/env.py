@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
 from fastenv._validation import check_action, check_positive_int
-from fastenv.backends.base import GymAdapter, Info, ObsType, SimulatorAdapter
+from fastenv.backends.base import KEEP, Info, ObsType, SimulatorAdapter, check_known_keys, headless_render_mode
 
 
 class SimEnv(gym.Env):
     """A Gymnasium env over a :class:`SimulatorAdapter`.
 
     Beyond ``reset``/``step`` it offers ``substep`` (advance one action, no observation) and
-    ``observe`` (the observation now), which the fastenv wrappers use to skip observations.
-    ``max_episode_steps`` counts simulator steps, sub-steps included, and truncates.
+    ``observe`` (the observation now), which the executor uses to skip observations.
+    ``max_episode_steps`` counts simulator steps, sub-steps included, and truncates; the step that
+    truncates is the simulator's own, so the final observation is the stock one.
+
+    Which keys the simulator produces is the union of what the wrappers above ask for
+    (``request_modalities``), so two wrappers over one env never take keys from each other.
 
     Example:
         >>> env = SimEnv(GymAdapter(gym.make("CartPole-v1")))
@@ -40,6 +44,7 @@ class SimEnv(gym.Env):
         }
         self.elapsed_steps = 0
         self._pending_obs: ObsType = None
+        self._requests: dict[Hashable, tuple[str, ...]] = {}
         self._closed = False
 
     # -- fastenv capabilities -------------------------------------------------------------------
@@ -48,13 +53,40 @@ class SimEnv(gym.Env):
         return self.adapter.available_keys()
 
     def select_modalities(self, keys: Sequence[str] | None) -> None:
-        """Produce only ``keys`` (at the source when the backend can); updates observation_space."""
-        self.adapter.select_keys(keys)
+        """This env's own selection: produce ``keys`` (None: the simulator's default set).
+
+        Keys wrappers asked for (``request_modalities``) are produced as well.
+        """
+        self.request_modalities(self, keys)
+
+    def request_modalities(self, owner: Hashable, keys: Sequence[str] | None) -> None:
+        """``owner`` (a wrapper) needs ``keys``; the simulator produces the union of all requests."""
+        if keys is not None:
+            keys = tuple(check_known_keys(keys, self.available_modalities()))
+        requests = dict(self._requests)
+        if keys is None:
+            requests.pop(owner, None)
+        else:
+            requests[owner] = keys
+        self._apply(requests)
+
+    def release_modalities(self, owner: Hashable) -> None:
+        """``owner`` no longer needs any key."""
+        if owner in self._requests:
+            requests = dict(self._requests)
+            del requests[owner]
+            self._apply(requests)
+
+    def _apply(self, requests: dict[Hashable, tuple[str, ...]]) -> None:
+        union = list(dict.fromkeys(key for keys in requests.values() for key in keys)) if requests else None
+        self.adapter.select_keys(union)  # raises before anything changes on unknown keys
+        self._requests = requests
         self.observation_space = self.adapter.observation_space
 
-    def make_headless(self, render_mode: str | None = None) -> None:
-        """Close any viewer and keep only ``render_mode`` (None or "rgb_array")."""
-        self.adapter.make_headless(render_mode)
+    def make_headless(self, render_mode: str | None = KEEP) -> None:
+        """Close any viewer; render only to arrays ("rgb_array"), or not at all (None)."""
+        mode = headless_render_mode(self.adapter.render_mode, render_mode, ["rgb_array"])
+        self.adapter.make_headless(mode)
         self.render_mode = self.adapter.render_mode
 
     @property
@@ -122,24 +154,3 @@ class SimEnv(gym.Env):
 
     def __repr__(self) -> str:
         return f"<SimEnv {type(self.adapter).__name__}>"
-
-
-def as_sim_env(env: Any) -> SimEnv:
-    """Return ``env`` as a :class:`SimEnv`, choosing the simulator's adapter when one exists.
-
-    Example:
-        >>> env = as_sim_env(gym.make("CartPole-v1"))
-    """
-    if isinstance(env, SimEnv):
-        return env
-    module = type(env).__module__
-    if module.startswith("libero."):
-        from fastenv.backends.libero import LiberoAdapter
-
-        adapter = LiberoAdapter.from_env(env)
-        return SimEnv(adapter, max_episode_steps=adapter.default_max_episode_steps)
-    if isinstance(env, gym.Env):
-        return SimEnv(GymAdapter(env))
-    raise TypeError(
-        f"fastenv wraps a gymnasium.Env or a LIBERO env, got {type(env).__module__}.{type(env).__name__}"
-    )

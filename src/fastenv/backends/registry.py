@@ -1,0 +1,72 @@
+"""Which backend takes over an env someone already built: a small registry keyed by type.
+
+An entry names the classes it adopts by their qualified names (so nothing is imported to look
+them up) and the function that adopts an instance, as ``"module:function"`` (imported only when
+an env of that type comes). Subclasses match: ``OffScreenRenderEnv`` is a LIBERO ``ControlEnv``.
+
+- A single-env backend's function takes the env and returns a ``SimEnv`` over its adapter;
+  fastenv's wrappers then go on top.
+- A batched backend's function (``batched=True``) takes the env and ``wrap()``'s options and
+  returns the finished vector env (ManiSkill: all parallel envs live in one physics world).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A registry entry: ``types`` (qualified class names) are adopted by ``adopt``."""
+
+    name: str
+    types: tuple[str, ...]
+    adopt: str | Callable[..., Any]
+    batched: bool = False
+
+    def load(self) -> Callable[..., Any]:
+        if callable(self.adopt):
+            return self.adopt
+        module, _, attr = self.adopt.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+_BACKENDS: list[Backend] = [
+    Backend("libero", ("libero.libero.envs.env_wrapper.ControlEnv",), "fastenv.backends.libero:adopt"),
+    Backend("maniskill", ("mani_skill.envs.sapien_env.BaseEnv",), "fastenv.backends.maniskill:adopt", batched=True),
+]
+
+
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register_backend(name: str, types: Sequence[type | str], adopt: str | Callable[..., Any], *, batched: bool = False) -> None:
+    """Make ``fastenv.wrap`` adopt envs of ``types`` with ``adopt`` (checked before the built-in ones).
+
+    Example:
+        >>> register_backend("mysim", [MySimEnv], lambda env: SimEnv(MySimAdapter(env)))
+    """
+    if isinstance(types, (str, type)):
+        types = [types]
+    names = tuple(t if isinstance(t, str) else qualified_name(t) for t in types)
+    if not names:
+        raise ValueError("register_backend needs at least one type")
+    _BACKENDS.insert(0, Backend(name, names, adopt, batched))
+
+
+def find_backend(env: Any) -> Backend | None:
+    """The backend registered for ``env``'s type (or its unwrapped env's), or None."""
+    candidates = [type(env)]
+    unwrapped = getattr(env, "unwrapped", env)
+    if unwrapped is not env:
+        candidates.append(type(unwrapped))
+    for cls in candidates:
+        names = {qualified_name(c) for c in cls.__mro__}
+        for backend in _BACKENDS:
+            if names.intersection(backend.types):
+                return backend
+    return None

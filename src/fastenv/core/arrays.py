@@ -1,0 +1,126 @@
+"""Array helpers shared by numpy and torch batches: creation ops and row access on nested structures.
+
+A batch is an array (or tensor) with one row per env, or a dict / tuple of such batches (the
+shape of a Dict / Tuple space). Row indices are 1-D integer arrays of the batch's own kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class NumpyOps:
+    """Array creation for batches held in numpy arrays."""
+
+    def zeros(self, shape: Any, dtype: str) -> np.ndarray:
+        return np.zeros(shape, dtype=dtype)
+
+    def arange(self, n: int) -> np.ndarray:
+        return np.arange(n)
+
+    def index(self, rows: Any) -> np.ndarray:
+        return np.asarray(rows, dtype=np.int64)
+
+    def nonzero(self, mask: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(mask)
+
+    def full_like_rows(self, value: np.ndarray, rows: int) -> np.ndarray:
+        return np.zeros((rows, *np.shape(value)[1:]), dtype=np.asarray(value).dtype)
+
+    def powers(self, base: float, exponents: np.ndarray) -> np.ndarray:
+        return base ** exponents.astype(np.float64)
+
+    def numpy(self, value: Any) -> np.ndarray:
+        return np.asarray(value)
+
+    def asarray(self, value: Any) -> np.ndarray:
+        return np.asarray(value)
+
+
+class TorchOps:
+    """Array creation for batches held in torch tensors on ``device`` (ManiSkill on GPU)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+
+    def zeros(self, shape: Any, dtype: str) -> Any:
+        return self.torch.zeros(shape, dtype=getattr(self.torch, dtype), device=self.device)
+
+    def arange(self, n: int) -> Any:
+        return self.torch.arange(n, device=self.device)
+
+    def index(self, rows: Any) -> Any:
+        return self.torch.as_tensor(rows, dtype=self.torch.int64, device=self.device)
+
+    def nonzero(self, mask: Any) -> Any:
+        return self.torch.nonzero(mask).flatten()
+
+    def full_like_rows(self, value: Any, rows: int) -> Any:
+        return value.new_zeros((rows, *value.shape[1:]))
+
+    def powers(self, base: float, exponents: Any) -> Any:
+        return base ** exponents.double()
+
+    def numpy(self, value: Any) -> np.ndarray:
+        return value.detach().cpu().numpy()
+
+    def asarray(self, value: Any) -> Any:
+        return self.torch.as_tensor(value, device=self.device)
+
+
+NUMPY = NumpyOps()
+
+
+def take_rows(batch: Any, rows: Any) -> Any:
+    """A copy of ``rows`` (a slice or an index array) of a batched structure."""
+    if isinstance(batch, dict):
+        return {key: take_rows(sub, rows) for key, sub in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(take_rows(sub, rows) for sub in batch)
+    out = batch[rows]
+    return out.copy() if isinstance(rows, slice) and isinstance(out, np.ndarray) else out
+
+
+def put_rows(batch: Any, rows: Any, value: Any) -> None:
+    """Write ``value`` into ``rows`` (a slice, an index array, or one row) of a batched structure."""
+    if isinstance(batch, dict):
+        for key, sub in batch.items():
+            put_rows(sub, rows, value[key])
+    elif isinstance(batch, tuple):
+        for sub, item in zip(batch, value):
+            put_rows(sub, rows, item)
+    else:
+        batch[rows] = value
+
+
+def get_row(batch: Any, row: int) -> Any:
+    """A copy of one env's value (numpy arrays are copied, tensors are views)."""
+    if isinstance(batch, dict):
+        return {key: get_row(sub, row) for key, sub in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(get_row(sub, row) for sub in batch)
+    value = batch[row]
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def view_row(batch: Any, row: int) -> Any:
+    """One env's value without copying (to hand an action row to an env)."""
+    if isinstance(batch, dict):
+        return {key: view_row(sub, row) for key, sub in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(view_row(sub, row) for sub in batch)
+    return batch[row]
+
+
+def alloc_rows(like: Any, rows: int, ops: Any) -> Any:
+    """Zeros shaped as the batched structure ``like`` but with ``rows`` rows."""
+    if isinstance(like, dict):
+        return {key: alloc_rows(sub, rows, ops) for key, sub in like.items()}
+    if isinstance(like, tuple):
+        return tuple(alloc_rows(sub, rows, ops) for sub in like)
+    return ops.full_like_rows(like, rows)
