@@ -31,16 +31,6 @@ def add_info(infos: dict[str, Any], info: Mapping[str, Any], index: int, size: i
     return _InfoBatch(size)._add_info(infos, dict(info), index)
 
 
-def batch_infos(per_env: list[Mapping[str, Any] | None]) -> dict[str, Any]:
-    """Per-env info dicts (None: no info) as one batched info dict."""
-    infos: dict[str, Any] = {}
-    batch = _InfoBatch(len(per_env))
-    for index, info in enumerate(per_env):
-        if info:
-            batch._add_info(infos, dict(info), index)
-    return infos
-
-
 def row_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
     """The info of env ``index`` out of a batched info dict (keys whose mask is set for it)."""
     out: dict[str, Any] = {}
