@@ -27,7 +27,11 @@ python="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 case ",$extras," in
   # torch==2.13.0 is the CPU wheel; an unpinned torch would pull several GB of CUDA packages.
-  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
+  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
 esac
 .venv/bin/python -m pip install -q -e ".[$extras]"
+case ",$extras," in
+  # ManiSkill (SAPIEN) renders with Vulkan, even for state-only tasks.
+  *,maniskill,*|*,test,*) bash scripts/vulkan.sh .venv/bin/python ;;
+esac
 echo "fastenv installed in .venv with extras [$extras]"

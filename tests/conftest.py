@@ -17,15 +17,25 @@ def _libero_missing_reason() -> str | None:
     return None
 
 
+def _maniskill_missing_reason() -> str | None:
+    if importlib.util.find_spec("mani_skill") is None:
+        return 'ManiSkill is not installed (pip install "fastenv[maniskill]")'
+    from fastenv.backends.maniskill import vulkan_unavailable_reason
+
+    return vulkan_unavailable_reason()
+
+
 def pytest_collection_modifyitems(config, items):
-    reason = _libero_missing_reason()
-    if reason is None:
-        return
-    for item in items:
-        if "libero" in item.keywords:
+    checks = {"libero": _libero_missing_reason, "maniskill": _maniskill_missing_reason}
+    for marker, check in checks.items():
+        marked = [item for item in items if marker in item.keywords]
+        reason = check() if marked else None
+        if reason is None:
+            continue
+        for item in marked:
             if os.environ.get("CI"):
                 # In CI the real simulator is the main evidence: never let it skip silently.
-                item.add_marker(pytest.mark.xfail(reason=f"CI without LIBERO: {reason}", strict=True, run=False))
+                item.add_marker(pytest.mark.xfail(reason=f"CI without {marker}: {reason}", strict=True, run=False))
             else:
                 item.add_marker(pytest.mark.skip(reason=reason))
 

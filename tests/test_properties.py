@@ -156,6 +156,18 @@ def wait_dead(pid: int) -> None:
 
 
 def run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, kills: bool, sync: SyncVectorEnv | None) -> None:
+    """Run a drawn program on ``envs`` and ``ref`` side by side, comparing every result."""
+    try:
+        _run_program(data, envs, ref, rounds=rounds, kills=kills, sync=sync)
+    finally:  # a vector env shared by several examples starts each one with nothing in flight
+        for stage in range(envs.pipeline_stages):
+            if envs._envs[envs.layout.stage_envs(stage)[0]].status and not envs._envs[envs.layout.stage_envs(stage)[0]].by_ids:
+                envs.recv(stage=stage)
+        while len(envs.in_flight()):
+            envs.recv()
+
+
+def _run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, kills: bool, sync: SyncVectorEnv | None) -> None:
     n, rng = envs.num_envs, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="action seed"))
     space = envs.single_action_space
     seed = data.draw(st.integers(0, 2**16), label="reset seed")

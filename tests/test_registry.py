@@ -28,7 +28,7 @@ def restore_registry():
 def test_a_registered_type_and_its_subclasses_are_adopted(restore_registry):
     adopted = []
 
-    def adopt(sim):
+    def adopt(sim, **options):
         adopted.append(sim)
         return SimEnv(FakeAdapter())
 

@@ -509,10 +509,10 @@ def make_env(
     )
 
 
-def adopt(env: Any) -> Any:
+def adopt(env: Any, **options: Any) -> Any:
     """A LIBERO env someone built (``OffScreenRenderEnv``) as a ``SimEnv`` (the registry's entry).
 
-    Its episodes last robosuite's horizon unless the env ignores it.
+    Its episodes last robosuite's horizon unless the env ignores it; ``wrap()`` applies the options.
     """
     adapter = LiberoAdapter.from_env(env)
     return SimEnv(adapter, max_episode_steps=adapter.default_max_episode_steps)

@@ -1,31 +1,32 @@
 """ManiSkill3 backend (mani-skill 3.0.x on SAPIEN), the only module that imports ManiSkill.
 
-ManiSkill envs are batched natively: all parallel envs live in one physics system, on one
-device. So fastenv does not split them into processes; ``ManiSkillVectorEnv`` drives the batched
-env in place and keeps every tensor on its device:
+ManiSkill runs its envs two ways, and fastenv follows:
 
-- headless: no viewer, no human-render cameras unless ``render_mode="rgb_array"``;
-- pruning: the obs mode asks only for the kept textures (rgb, depth, segmentation, ...) and
-  state, sensors no kept key reads are removed before they are captured, images are sized by
-  ``camera_size``;
-- action chunks: each sub-step runs the action, physics, ``get_info`` (evaluation) and
-  ``get_reward`` without ``get_obs`` (which is where sensors are rendered); the observation is
-  taken once, at the chunk's end (and at an episode's end inside a chunk, for its final obs);
-- same-step partial autoreset through ManiSkill's ``env_idx`` reset option, ``final_obs`` /
-  ``final_info`` with their masks (batched tensors here, on the device);
-- pipeline stages: ``send(actions, stage=k)`` steps the world in a background thread while the
-  caller computes another stage's actions. The world is shared, so every stage's step advances
-  all envs (the others hold still, with zero actions) and the physics step is divided by the
-  number of stages: each env's simulated time per action stays what it was with one stage.
+- On CUDA (``sim_backend="physx_cuda"``) all parallel envs live in one physics system on the GPU.
+  ``ManiSkillVectorEnv`` drives that batched env in place (``ManiSkillBatch`` under fastenv's
+  executor) and keeps every tensor on its device.
+- On the CPU (``physx_cpu``) a process holds one env. ``ManiSkillAdapter`` makes it a fastenv
+  simulator adapter (numpy in, numpy out), and N of them run in fastenv's process (or Ray) workers
+  with pipeline stages, dynamic batching and same-step autoreset, as LIBERO envs do.
 
-Written against mani-skill 3.0.1 (``BaseEnv._step_action``, ``get_info``, ``get_reward``,
-``get_obs``, ``reset(options={"env_idx": ...})``, ``scene.set_timestep``).
+Either way: headless (no viewer, no human-render camera unless ``render_mode="rgb_array"``);
+pruning at the source (the obs mode asks only for the kept textures, sensors no kept key reads
+are not built or not captured, images sized by ``camera_size``); sub-steps run the controller,
+physics, evaluation (``get_info``) and reward without ``get_obs``, which is where ManiSkill
+renders; the observation is taken at a chunk's end, and where an episode ends inside it.
+
+Written against mani-skill 3.0.1 (``BaseEnv.step``, ``_step_action``, ``get_info``,
+``get_reward``, ``get_obs``, ``reset(options={"env_idx": ...})``, ``scene.set_timestep``, the
+agents' ``set_action`` and articulation drive targets).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -35,26 +36,84 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._deps import require
 from fastenv._validation import check_positive_int
-from fastenv.backends.base import KEEP, check_known_keys
+from fastenv.backends.base import KEEP, Info, ObsType, check_known_keys
 from fastenv.core.executor import Executor
 from fastenv.wrappers.action import chunk_space
 
 TEXTURES = ("rgb", "depth", "segmentation", "position", "normal", "albedo")
+VULKAN_ICD = Path("share", "fastenv", "vulkan", "lvp_icd.json")  # under sys.prefix (scripts/vulkan.sh)
+
+
+# -- the machine -----------------------------------------------------------------------------------
+def configure_vulkan() -> str | None:
+    """Point Vulkan's loader at the CPU driver ``scripts/vulkan.sh`` put in this environment.
+
+    Only when no driver was chosen (``VK_ICD_FILENAMES``/``VK_DRIVER_FILES``) and that driver is
+    there; must run before SAPIEN is imported. Returns the ICD file in effect, if any.
+    """
+    chosen = os.environ.get("VK_ICD_FILENAMES") or os.environ.get("VK_DRIVER_FILES")
+    if chosen:
+        return chosen
+    icd = Path(sys.prefix) / VULKAN_ICD
+    if icd.is_file():
+        os.environ["VK_ICD_FILENAMES"] = str(icd)
+        return str(icd)
+    return None
 
 
 def vulkan_unavailable_reason() -> str | None:
     """Why ManiSkill cannot build its envs here, or None when SAPIEN finds a rendering device."""
+    configure_vulkan()
     try:
         import sapien
     except ImportError:
         return 'ManiSkill is not installed (pip install "fastenv[maniskill]")'
     try:
-        sapien.render.get_device_summary()
+        sapien.render.RenderMaterial()  # building any task creates render materials
     except RuntimeError as exc:
-        return f"no Vulkan rendering device: SAPIEN says {exc!r} (ManiSkill needs one to build any task)"
+        return (
+            f"no Vulkan rendering device: SAPIEN says {exc!r} (ManiSkill needs one to build any task; "
+            "bash scripts/vulkan.sh installs Mesa's CPU driver on Debian 12)"
+        )
     return None
 
 
+def cuda_available() -> bool:
+    """True when torch sees a CUDA device (ManiSkill's GPU simulation can run)."""
+    torch = sys.modules.get("torch") or require("torch", "maniskill", "PyTorch")
+    return bool(torch.cuda.is_available())
+
+
+def _maniskill() -> Any:
+    configure_vulkan()
+    require("mani_skill", "maniskill", "ManiSkill3 (the PyPI package mani-skill)")
+    import mani_skill.envs  # noqa: F401  (registers the tasks)
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    return REGISTERED_ENVS
+
+
+def check_assets(env_id: str, spec: Any) -> None:
+    """Refuse a task whose assets are not downloaded (ManiSkill would ask on stdin, then fail offline)."""
+    from mani_skill.utils import assets
+
+    missing = []
+    for asset_id in spec.asset_download_ids or []:
+        ids = (
+            assets.expand_data_group_into_individual_data_source_ids(asset_id)
+            if asset_id in assets.DATA_GROUPS
+            else [asset_id]
+        )
+        missing += [i for i in ids if not assets.is_data_source_downloaded(i)]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ValueError(
+            f"ManiSkill task {env_id!r} needs assets that are not downloaded ({shown}); download them first "
+            f"(needs internet): python -m mani_skill.utils.download_asset {env_id}"
+        )
+
+
+# -- keys ------------------------------------------------------------------------------------------
 def split_key(key: str, cameras: Sequence[str]) -> tuple[str, str] | None:
     """("camera", "texture") for keys like "base_camera_rgb"; None for "state"."""
     for cam in cameras:
@@ -77,34 +136,292 @@ def obs_mode_for(keys: Sequence[str], cameras: Sequence[str]) -> str:
     return "+".join(textures + (["state"] if "state" in keys else []))
 
 
-class _Pruned:
-    """Mixin for a ManiSkill task class: only the kept sensors, no human-render cameras unless asked."""
-
-    _fastenv_cameras: frozenset[str] | None = None
-    _fastenv_render: bool = False
-
-    @property
-    def _default_sensor_configs(self) -> Any:
-        from mani_skill.sensors.camera import parse_camera_configs
-
-        configs = parse_camera_configs(super()._default_sensor_configs)
-        if self._fastenv_cameras is None:
-            return list(configs.values())
-        return [c for uid, c in configs.items() if uid in self._fastenv_cameras]
-
-    @property
-    def _default_human_render_camera_configs(self) -> Any:
-        return super()._default_human_render_camera_configs if self._fastenv_render else []
+def produced_keys(raw: Any) -> list[str]:
+    """The fastenv keys in one raw ManiSkill observation."""
+    if not isinstance(raw, Mapping):
+        return ["state"]
+    keys = ["state"] if "state" in raw else []
+    for cam, textures in raw.get("sensor_data", {}).items():
+        keys += [f"{cam}_{t}" for t in textures]
+    return keys
 
 
-def _pruned_class(env_cls: type, cameras: frozenset[str] | None, render: bool) -> type:
-    return type(env_cls.__name__, (_Pruned, env_cls), {"_fastenv_cameras": cameras, "_fastenv_render": render})
+def extract(raw: Any, keys: Sequence[str], cameras: Sequence[str]) -> dict[str, Any]:
+    """The kept keys of one raw ManiSkill observation (batched tensors, cloned).
+
+    Cloned: rendered images may be views of the renderer's buffers, rewritten by the next capture.
+    """
+    if not isinstance(raw, Mapping):
+        return {"state": raw.clone()}
+    out = {}
+    for key in keys:
+        split = split_key(key, cameras)
+        value = raw["state"] if split is None else raw["sensor_data"][split[0]][split[1]]
+        out[key] = value.clone()
+    return out
+
+
+class _Selection:
+    """What a built ManiSkill env captures: which sensors and which textures, narrowed to some keys."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.sensors = dict(base._sensors)  # every sensor the env was built with
+        visual = getattr(base.obs_mode_struct, "visual", None)
+        self.textures = {t: getattr(visual, t) for t in TEXTURES if visual is not None and hasattr(visual, t)}
+        self.state = getattr(base.obs_mode_struct, "state", None)
+        self.cameras = tuple(self.sensors)
+        self.built = produced_keys(base.get_obs(base.get_info()))
+
+    def available(self) -> tuple[str, ...]:
+        return ("state", *(f"{c}_{t}" for c in self.cameras for t in TEXTURES))
+
+    def select(self, modalities: Sequence[str] | None) -> tuple[str, ...]:
+        """Capture only what ``modalities`` read (None: all the env was built with)."""
+        if modalities is None:
+            self.restore()
+            return tuple(self.built)
+        keys = check_known_keys(modalities, self.available())
+        missing = [k for k in keys if k not in self.built]
+        if missing:
+            raise ValueError(
+                f"keys {missing} are not produced by this env (obs_mode={self.base.obs_mode!r}); build it with "
+                f"obs_mode={obs_mode_for(keys, self.cameras)!r} or use gym.make('fastenv/ManiSkill-v0', modalities=...)"
+            )
+        wanted = {split_key(k, self.cameras) for k in keys} - {None}
+        # Sensors nobody reads are not captured; textures nobody reads are not requested.
+        self.base._sensors = {uid: s for uid, s in self.sensors.items() if uid in {c for c, _ in wanted}}
+        visual = getattr(self.base.obs_mode_struct, "visual", None)
+        for texture in self.textures:
+            setattr(visual, texture, any(t == texture for _, t in wanted))
+        if self.state is not None and wanted:  # (a state-only obs mode has no struct to narrow)
+            self.base.obs_mode_struct.state = "state" in keys
+        return tuple(keys)
+
+    def restore(self) -> None:
+        self.base._sensors = dict(self.sensors)
+        visual = getattr(self.base.obs_mode_struct, "visual", None)
+        for texture, on in self.textures.items():
+            setattr(visual, texture, on)
+        if self.state is not None:
+            self.base.obs_mode_struct.state = self.state
+
+
+def _box_for(batch: Any) -> spaces.Box:
+    """The single-env Box of a batched tensor (its bounds from its dtype)."""
+    dtype = np.dtype(str(batch.dtype).replace("torch.", ""))
+    shape = tuple(batch.shape[1:])
+    if dtype.kind in "iu":
+        return spaces.Box(np.iinfo(dtype).min, np.iinfo(dtype).max, shape, dtype)
+    if dtype.kind == "b":
+        return spaces.Box(0, 1, shape, dtype)
+    return spaces.Box(-np.inf, np.inf, shape, dtype)
+
+
+def _terminated(info: Mapping[str, Any], n: int, device: Any) -> Any:
+    import torch
+
+    out = torch.zeros(n, dtype=torch.bool, device=device)
+    for key in ("success", "fail"):
+        if key in info:
+            out |= torch.as_tensor(info[key], device=device).bool().reshape(n)
+    return out
+
+
+def _registered_max_steps(env: gym.Env) -> int | None:
+    current = env
+    while current is not None:
+        for name in ("_max_episode_steps", "max_episode_steps"):
+            value = getattr(current, name, None)
+            if isinstance(value, int):
+                return value
+        current = getattr(current, "env", None)
+    spec = getattr(env, "spec", None)
+    return getattr(spec, "max_episode_steps", None)
+
+
+def _close_viewer(base: Any) -> None:
+    if getattr(base, "_viewer", None) is not None:
+        base._viewer.close()
+        base._viewer = None
+
+
+# -- one env on the CPU ------------------------------------------------------------------------------
+def _row(value: Any) -> Any:
+    """Row 0 of a batched ManiSkill value, as numpy (0-d values as Python scalars)."""
+    if isinstance(value, Mapping):
+        return {key: _row(item) for key, item in value.items()}
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if value.ndim == 0:
+            return value.item()
+        value = value[0]
+        return value.item() if value.ndim == 0 else value.numpy()
+    return value
+
+
+class ManiSkillAdapter:
+    """One ManiSkill env (``num_envs=1``, ManiSkill's CPU simulation) as a fastenv simulator adapter.
+
+    Observations are dicts of numpy arrays with fastenv's keys ("state", "<camera>_<texture>");
+    actions are numpy arrays; ``step`` is ManiSkill's own ``env.step``, so one step of it is the
+    stock env's. The time limit is fastenv's (``SimEnv``'s ``max_episode_steps``), as in
+    ManiSkill where it is Gymnasium's ``TimeLimit``.
+
+    Args:
+        env: the ManiSkill env (wrapped or not).
+        keys: keys to produce (None: all the env was built with).
+        owned: fastenv built it (closing closes it); otherwise closing gives it back as it came.
+
+    Example:
+        >>> adapter = ManiSkillAdapter(gym.make("PickCube-v1", obs_mode="state"))
+    """
+
+    shared_physics = False
+
+    def __init__(self, env: gym.Env, *, keys: Sequence[str] | None = None, owned: bool = False) -> None:
+        import torch
+
+        base = env.unwrapped
+        if int(base.num_envs) != 1:
+            raise ValueError(
+                f"ManiSkillAdapter drives one env (num_envs=1), got num_envs={base.num_envs}; "
+                "a batched env runs in ManiSkillVectorEnv"
+            )
+        self.torch = torch
+        self.env, self.base, self.owned = env, base, owned
+        self.render_fps = int(getattr(base, "control_freq", 20) or 20)
+        self.render_mode = base.render_mode if base.render_mode == "rgb_array" else None
+        self._selection = _Selection(base)
+        self._info: Mapping[str, Any] = base.get_info()
+        self.action_space = base.single_action_space
+        self._spaces: dict[str, spaces.Box] = {}
+        self.select_keys(keys)
+
+    # -- keys and rendering ----------------------------------------------------------------------
+    def available_keys(self) -> tuple[str, ...]:
+        return self._selection.available()
+
+    def select_keys(self, keys: Sequence[str] | None) -> None:
+        self.keys = self._selection.select(keys)
+        missing = [k for k in self.keys if k not in self._spaces]
+        if missing:
+            sample = extract(self.base.get_obs(self._info), missing, self._selection.cameras)
+            self._spaces.update({k: _box_for(v) for k, v in sample.items()})
+        self.observation_space = spaces.Dict({k: self._spaces[k] for k in self.keys})
+
+    def make_headless(self, render_mode: str | None) -> None:
+        _close_viewer(self.base)
+        if render_mode == "rgb_array" and self.base.render_mode != "rgb_array":
+            raise ValueError("this ManiSkill env was built without render_mode='rgb_array'; it cannot render frames")
+        self.render_mode = render_mode
+
+    # -- episode ---------------------------------------------------------------------------------
+    def _observation(self, raw: Any) -> dict[str, np.ndarray]:
+        return {key: _row(value) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
+
+    def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
+        raw, info = self.base.reset(seed=seed, options=None if options is None else dict(options))
+        self._info = self.base.get_info()
+        return self._observation(raw), _row(info)
+
+    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
+        # BaseEnv.step without get_obs: controller and physics, evaluation, reward.
+        base = self.base
+        applied = base._step_action(np.asarray(action))
+        base._elapsed_steps += 1
+        info = base.get_info()
+        reward = base.get_reward(obs=None, action=applied, info=info)
+        self._info = info
+        return float(_row(reward)), bool(_terminated(info, 1, base.device)[0]), False, _row(info)
+
+    def observe(self) -> ObsType:
+        return self._observation(self.base.get_obs(self._info))
+
+    def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
+        raw, reward, terminated, _, info = self.base.step(np.asarray(action))
+        self._info = info
+        return self._observation(raw), float(_row(reward)), bool(_row(terminated)), False, _row(info)
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        return _row(self.base.render())
+
+    def close(self) -> None:
+        if self.owned:
+            self.env.close()
+        else:  # the user's env goes back as it came
+            self._selection.restore()
+
+
+# -- many envs in one world (GPU) ------------------------------------------------------------------
+class _HeldTargets:
+    """Keeps the control targets of the envs not being stepped while the shared world advances.
+
+    ManiSkill's agents set every env's targets from one batched action. For the envs whose turn
+    it is not (another pipeline stage's, or whose episode ended earlier in the chunk), the
+    controllers' per-env state and the articulations' drive targets are put back as they were
+    before ``set_action``, so those envs hold their last targets, exactly as ManiSkill's own
+    ``step(None)`` holds everyone's.
+    """
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        agent = base.agent
+        agents = list(getattr(agent, "agents", [agent]))
+        self.articulations = [a.robot for a in agents]
+        self.controllers = []
+        for a in agents:
+            controller = a.controller
+            self.controllers += list(getattr(controller, "controllers", {}).values()) or [controller]
+
+    def _tensors(self, obj: Any) -> dict[str, Any]:
+        n = self.base.num_envs
+        out = {}
+        for name, value in vars(obj).items():
+            if hasattr(value, "shape") and hasattr(value, "clone") and value.ndim and value.shape[0] == n:
+                out[name] = value
+            elif hasattr(value, "raw_pose") and value.raw_pose.shape[0] == n:  # ManiSkill's batched Pose
+                out[name] = value
+        return out
+
+    def snapshot(self) -> list[Any]:
+        state = []
+        for c in self.controllers:
+            state.append({k: (v.raw_pose.clone() if hasattr(v, "raw_pose") else v.clone()) for k, v in self._tensors(c).items()})
+        for art in self.articulations:
+            state.append((art.get_drive_targets().clone(), art.get_drive_velocities().clone()))
+        return state
+
+    def restore(self, state: list[Any], rows: Any) -> None:
+        k = len(self.controllers)
+        for c, saved in zip(self.controllers, state[:k]):
+            current = self._tensors(c)
+            for name, value in saved.items():
+                now = current.get(name)
+                if now is None:
+                    continue
+                if hasattr(now, "raw_pose"):
+                    raw = now.raw_pose.clone()
+                    raw[rows] = value[rows]
+                    setattr(c, name, type(now).create_from_pq(raw[:, :3], raw[:, 3:]))
+                else:
+                    now = now.clone()
+                    now[rows] = value[rows]
+                    setattr(c, name, now)
+        for art, (targets, velocities) in zip(self.articulations, state[k:]):
+            now_t, now_v = art.get_drive_targets().clone(), art.get_drive_velocities().clone()
+            now_t[rows], now_v[rows] = targets[rows], velocities[rows]
+            art.set_joint_drive_targets(now_t, joints=art.active_joints)
+            art.set_joint_drive_velocity_targets(now_v, joints=art.active_joints)
 
 
 class ManiSkillBatch:
     """A batched ManiSkill env as a ``BatchSimulator``: all its envs in one physics world, on one device.
 
-    A sub-step of some rows advances the whole world; the other envs hold still (zero actions).
+    A sub-step of some rows advances the whole world once, for all its envs together; the other
+    envs hold their last control targets (``_HeldTargets``), never a substituted action.
     ``get_obs``, where ManiSkill renders, runs only in ``step`` and ``observe``. Episodes last
     ``max_episode_steps`` sub-steps of their own (truncation), or end on ``success`` or ``fail``.
     """
@@ -126,19 +443,9 @@ class ManiSkillBatch:
         self.single_action_space = base.single_action_space
         self._env_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._info: Mapping[str, Any] = base.get_info()
-        self.full_obs = self._extract(base.get_obs(self._info))
+        self._held = _HeldTargets(base)
+        self.full_obs = extract(base.get_obs(self._info), self.keys, self.cameras)
         self.single_observation_space = spaces.Dict({k: _box_for(v) for k, v in self.full_obs.items()})
-
-    def _extract(self, raw: Any) -> dict[str, Any]:
-        # Cloned: rendered images may be views of the renderer's buffers, rewritten by the next capture.
-        if not isinstance(raw, Mapping):
-            return {"state": raw.clone()}
-        out = {}
-        for key in self.keys:
-            split = split_key(key, self.cameras)
-            value = raw["state"] if split is None else raw["sensor_data"][split[0]][split[1]]
-            out[key] = value.clone()
-        return out
 
     def _rows_of(self, info: Mapping[str, Any], rows: Any) -> dict[str, Any]:
         """The per-env entries of a ManiSkill info, for ``rows``."""
@@ -165,14 +472,35 @@ class ManiSkillBatch:
         raw, info = self.base.reset(seed=seed, options=options or None)
         self._env_steps[rows] = 0
         self._info = self.base.get_info()
-        self.full_obs = self._extract(raw)
+        self.full_obs = extract(raw, self.keys, self.cameras)
         return {k: v[rows] for k, v in self.full_obs.items()}, self._rows_of(info, rows)
+
+    def _step_world(self, rows: Any, actions: Any) -> Any:
+        """Advance the world once: ``rows`` act, every other env holds its last targets."""
+        torch, base = self.torch, self.base
+        full = torch.zeros((self.num_envs, *actions.shape[1:]), dtype=actions.dtype, device=self.device)
+        full[rows] = actions
+        idle = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        idle[rows] = False
+        if not bool(idle.any()):
+            return base._step_action(full)
+        agent = base.agent
+        state = self._held.snapshot()
+        original = agent.set_action
+
+        def set_action_holding(action: Any) -> None:
+            original(action)
+            self._held.restore(state, idle)
+
+        agent.set_action = set_action_holding  # for this step only: ManiSkill sets targets, then physics runs
+        try:
+            return base._step_action(full)
+        finally:
+            del agent.set_action
 
     def substep(self, rows: Any, actions: Any) -> tuple[Any, Any, Any, Any]:
         torch, base = self.torch, self.base
-        full = torch.zeros((self.num_envs, *actions.shape[1:]), dtype=actions.dtype, device=self.device)
-        full[rows] = actions  # a parallel env cannot skip the shared physics step: the others hold still
-        applied = base._step_action(full)
+        applied = self._step_world(rows, actions)
         base._elapsed_steps += 1
         info = base.get_info()
         reward = torch.as_tensor(base.get_reward(obs=None, action=applied, info=info), device=self.device).to(torch.float64)
@@ -189,16 +517,20 @@ class ManiSkillBatch:
         return self.observe(rows), reward, terminated, truncated, info
 
     def observe(self, rows: Any) -> Any:
-        obs = self._extract(self.base.get_obs(self._info))
+        obs = extract(self.base.get_obs(self._info), self.keys, self.cameras)
         return {k: v[rows] for k, v in obs.items()}
 
 
 class ManiSkillVectorEnv(VectorEnv):
-    """A batched ManiSkill env with fastenv's chunks, pruning, autoreset and pipeline stages.
+    """A batched ManiSkill env (one world, usually on a GPU) with fastenv's chunks, pruning,
+    autoreset and pipeline stages, in place.
 
     Chunks, same-step autoreset, final observations and infos come from fastenv's executor, as
     for every backend; tensors stay on the env's device (infos in Gymnasium's layout: arrays
-    with ``_key`` masks; ``final_obs`` one observation per env).
+    with ``_key`` masks; ``final_obs`` one observation per env). With pipeline stages every
+    stage's step advances the whole world: the other stages' envs hold their last control
+    targets, and the physics step is divided by S so each env's simulated time per action is
+    what it was with one stage.
 
     Args:
         env: a ManiSkill env (``gym.make("PickCube-v1", num_envs=N, ...)``), wrapped or not.
@@ -238,19 +570,19 @@ class ManiSkillVectorEnv(VectorEnv):
             )
         if render_mode not in (None, "rgb_array", KEEP):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self.render_mode = None if render_mode in (None, KEEP) else render_mode
+        self.render_mode = (base.render_mode if base.render_mode == "rgb_array" else None) if render_mode == KEEP else render_mode
         if max_episode_steps is None:
             max_episode_steps = _registered_max_steps(env)
         max_episode_steps = None if max_episode_steps is None else check_positive_int("max_episode_steps", max_episode_steps)
-        self._viewer_closed = self._make_headless()
-        self._cameras = tuple(base._sensors)
-        self.keys = self._prune(modalities)
+        _close_viewer(base)
+        selection = _Selection(base)
+        self.keys = selection.select(modalities)
         if self.pipeline_stages > 1:
             # Every stage's step advances the whole world: divide the physics step so an env's
             # S world steps per action take the time one took with a single stage.
             self.base_physics_dt = float(base.scene.timestep)
             base.scene.set_timestep(self.base_physics_dt / self.pipeline_stages)
-        self.sim = ManiSkillBatch(base, self.keys, self._cameras, max_episode_steps)
+        self.sim = ManiSkillBatch(base, self.keys, selection.cameras, max_episode_steps)
         self.executor = Executor(self.sim, chunk=chunk, gamma=gamma, autoreset=True)
         self.chunk, self.gamma, self.max_episode_steps = self.executor.chunk, self.executor.gamma, max_episode_steps
         single_action = base.single_action_space
@@ -263,49 +595,6 @@ class ManiSkillVectorEnv(VectorEnv):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: dict[int, concurrent.futures.Future] = {}
         self.closed = False
-
-    # -- construction helpers --------------------------------------------------------------------
-    def _make_headless(self) -> bool:
-        base = self.base
-        viewer = getattr(base, "_viewer", None)
-        if viewer is not None:
-            viewer.close()
-            base._viewer = None
-            return True
-        return False
-
-    def _prune(self, modalities: Sequence[str] | None) -> tuple[str, ...]:
-        base = self.base
-        available = ("state", *(f"{c}_{t}" for c in self._cameras for t in TEXTURES))
-        if modalities is None:
-            sample = self._raw_keys(base.get_obs(base.get_info()))
-            return tuple(sample)
-        keys = check_known_keys(modalities, available)
-        wanted = {split_key(k, self._cameras) for k in keys} - {None}
-        produced = set(self._raw_keys(base.get_obs(base.get_info())))
-        missing = [k for k in keys if k not in produced]
-        if missing:
-            raise ValueError(
-                f"keys {missing} are not produced by this env (obs_mode={base.obs_mode!r}); build it with "
-                f"obs_mode={obs_mode_for(keys, self._cameras)!r} or use gym.make('fastenv/ManiSkill-v0', modalities=...)"
-            )
-        # Sensors nobody reads are not captured; textures nobody reads are not requested.
-        for uid in [uid for uid in base._sensors if uid not in {c for c, _ in wanted}]:
-            del base._sensors[uid]
-        visual = getattr(base.obs_mode_struct, "visual", None)
-        if visual is not None:
-            for texture in TEXTURES:
-                if hasattr(visual, texture):
-                    setattr(visual, texture, any(t == texture for _, t in wanted))
-        return tuple(keys)
-
-    def _raw_keys(self, raw: Any) -> list[str]:
-        if not isinstance(raw, Mapping):
-            return ["state"]
-        keys = ["state"] if "state" in raw else []
-        for cam, textures in raw.get("sensor_data", {}).items():
-            keys += [f"{cam}_{t}" for t in textures]
-        return keys
 
     # -- stepping --------------------------------------------------------------------------------
     def _as_actions(self, actions: Any, count: int) -> Any:
@@ -390,45 +679,86 @@ class ManiSkillVectorEnv(VectorEnv):
         self._env.close()
 
 
-def _box_for(batch: Any) -> spaces.Box:
-    """The single-env Box of a batched tensor (its bounds from its dtype)."""
-    dtype = np.dtype(str(batch.dtype).replace("torch.", ""))
-    shape = tuple(batch.shape[1:])
-    if dtype.kind in "iu":
-        return spaces.Box(np.iinfo(dtype).min, np.iinfo(dtype).max, shape, dtype)
-    if dtype.kind == "b":
-        return spaces.Box(0, 1, shape, dtype)
-    return spaces.Box(-np.inf, np.inf, shape, dtype)
+# -- construction ------------------------------------------------------------------------------------
+def uses_gpu(num_envs: int, sim_backend: str | None) -> bool:
+    """Whether a ManiSkill task should run batched on the GPU (else: one CPU env per process)."""
+    if sim_backend is not None and sim_backend != "auto":
+        return "cuda" in sim_backend or sim_backend == "gpu"
+    return num_envs > 1 and cuda_available()
 
 
-def _registered_max_steps(env: gym.Env) -> int | None:
-    current = env
-    while current is not None:
-        for name in ("_max_episode_steps", "max_episode_steps"):
-            value = getattr(current, name, None)
-            if isinstance(value, int):
-                return value
-        current = getattr(current, "env", None)
-    spec = getattr(env, "spec", None)
-    return getattr(spec, "max_episode_steps", None)
+def build(
+    env_id: str,
+    num_envs: int,
+    *,
+    modalities: Sequence[str] | None,
+    camera_size: int | tuple[int, int] | None,
+    render_mode: str | None,
+    **env_kwargs: Any,
+) -> gym.Env:
+    """A ManiSkill task built lean: only the kept textures and cameras, no human-render camera unless asked."""
+    registered = _maniskill()
+    if env_id not in registered:
+        raise ValueError(f"unknown ManiSkill env_id {env_id!r}; known: {sorted(registered)}")
+    spec = registered[env_id]
+    check_assets(env_id, spec)
+    keys = list(modalities) if modalities is not None else None
+    cameras = None
+    if keys is not None:
+        cameras = frozenset(k.rsplit("_", 1)[0] for k in keys if k != "state")
+        env_kwargs.setdefault("obs_mode", obs_mode_for(keys, sorted(cameras)))
+    if camera_size is not None:
+        h, w = (camera_size, camera_size) if isinstance(camera_size, int) else camera_size
+        env_kwargs.setdefault("sensor_configs", dict(width=w, height=h))
+    cls = type(spec.cls.__name__, (_Pruned, spec.cls), {"_fastenv_cameras": cameras, "_fastenv_render": render_mode == "rgb_array"})
+    return cls(num_envs=num_envs, render_mode=render_mode, **{**spec.default_kwargs, **env_kwargs})
 
 
-def _terminated(info: Mapping[str, Any], n: int, device: Any) -> Any:
-    import torch
+class _Pruned:
+    """Mixin for a ManiSkill task class: only the kept sensors, no human-render cameras unless asked."""
 
-    out = torch.zeros(n, dtype=torch.bool, device=device)
-    for key in ("success", "fail"):
-        if key in info:
-            out |= torch.as_tensor(info[key], device=device).bool().reshape(n)
-    return out
+    _fastenv_cameras: frozenset[str] | None = None
+    _fastenv_render: bool = False
+
+    @property
+    def _default_sensor_configs(self) -> Any:
+        from mani_skill.sensors.camera import parse_camera_configs
+
+        configs = parse_camera_configs(super()._default_sensor_configs)
+        if self._fastenv_cameras is None:
+            return list(configs.values())
+        return [c for uid, c in configs.items() if uid in self._fastenv_cameras]
+
+    @property
+    def _default_human_render_camera_configs(self) -> Any:
+        return super()._default_human_render_camera_configs if self._fastenv_render else []
 
 
-def _maniskill() -> Any:
-    require("mani_skill", "maniskill", "ManiSkill3 (the PyPI package mani-skill)")
-    import mani_skill.envs  # noqa: F401  (registers the tasks)
-    from mani_skill.utils.registration import REGISTERED_ENVS
+def make_cpu_env(
+    env_id: str = "PickCube-v1",
+    *,
+    modalities: Sequence[str] | None = ("state",),
+    chunk: int | None = 8,
+    gamma: float | None = None,
+    camera_size: int | tuple[int, int] | None = None,
+    max_episode_steps: int | None = None,
+    render_mode: str | None = None,
+    episode_statistics: bool = False,
+    **env_kwargs: Any,
+) -> gym.Env:
+    """One ManiSkill env on ManiSkill's CPU simulation, in fastenv's single-env stack (numpy)."""
+    from fastenv.core import SimEnv
+    from fastenv.wrappers import wrap
 
-    return REGISTERED_ENVS
+    env_kwargs.setdefault("sim_backend", "physx_cpu")
+    env = build(env_id, 1, modalities=modalities, camera_size=camera_size, render_mode=render_mode, **env_kwargs)
+    if max_episode_steps is None:
+        max_episode_steps = _maniskill()[env_id].max_episode_steps
+    sim = SimEnv(ManiSkillAdapter(env, keys=modalities, owned=True), max_episode_steps=max_episode_steps)
+    return wrap(sim, chunk=chunk, gamma=gamma, render_mode=render_mode, episode_statistics=episode_statistics)
+
+
+_VECTOR_OPTIONS = ("num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "backend", "ray_options")
 
 
 def make_vec(
@@ -442,50 +772,71 @@ def make_vec(
     pipeline_stages: int = 1,
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
-    **env_kwargs: Any,
-) -> ManiSkillVectorEnv:
-    """A ManiSkill task built lean for RL, as a batched vector env (``fastenv/ManiSkill-v0``).
+    sim_backend: str | None = None,
+    **kwargs: Any,
+) -> VectorEnv:
+    """A ManiSkill task built lean for RL, as a vector env (``fastenv/ManiSkill-v0``).
+
+    With CUDA (or ``sim_backend="physx_cuda"``) the N envs are one batched env on the GPU,
+    driven in place (``ManiSkillVectorEnv``). Without, each is a CPU env in fastenv's workers
+    (``PipelineVectorEnv``: ``num_workers``, ``backend="ray"`` and the other vector options apply).
 
     Example:
-        >>> envs = gym.make_vec("fastenv/ManiSkill-v0", num_envs=256, env_id="PickCube-v1", chunk=8)
+        >>> envs = gym.make_vec("fastenv/ManiSkill-v0", num_envs=8, env_id="PickCube-v1", chunk=8)
     """
-    registered = _maniskill()
-    if env_id not in registered:
-        raise ValueError(f"unknown ManiSkill env_id {env_id!r}; known: {sorted(registered)}")
-    spec = registered[env_id]
-    keys = list(modalities) if modalities is not None else None
-    cameras = None
-    if keys is not None:
-        cameras = frozenset(k.rsplit("_", 1)[0] for k in keys if k != "state")
-        env_kwargs.setdefault("obs_mode", obs_mode_for(keys, [k.rsplit("_", 1)[0] for k in keys if k != "state"]))
-    if camera_size is not None:
-        h, w = (camera_size, camera_size) if isinstance(camera_size, int) else camera_size
-        env_kwargs.setdefault("sensor_configs", dict(width=w, height=h))
-    cls = _pruned_class(spec.cls, cameras, render_mode == "rgb_array")
-    kwargs = {**spec.default_kwargs, **env_kwargs}
-    env = cls(num_envs=num_envs, render_mode=render_mode, **kwargs)
-    if max_episode_steps is None:
-        max_episode_steps = spec.max_episode_steps
-    return ManiSkillVectorEnv(
-        env, modalities=keys, chunk=chunk, gamma=gamma, max_episode_steps=max_episode_steps,
-        pipeline_stages=pipeline_stages, render_mode=render_mode,
+    num_envs = check_positive_int("num_envs", num_envs)
+    vector = {key: kwargs.pop(key) for key in _VECTOR_OPTIONS if key in kwargs}
+    if uses_gpu(num_envs, sim_backend):
+        if vector:
+            raise ValueError(f"{sorted(vector)} are options of the CPU workers; a GPU env is batched in one process")
+        env = build(
+            env_id, num_envs, modalities=modalities, camera_size=camera_size, render_mode=render_mode,
+            sim_backend=sim_backend or "physx_cuda", **kwargs,
+        )
+        if max_episode_steps is None:
+            max_episode_steps = _maniskill()[env_id].max_episode_steps
+        return ManiSkillVectorEnv(
+            env, modalities=modalities, chunk=chunk, gamma=gamma, max_episode_steps=max_episode_steps,
+            pipeline_stages=pipeline_stages, render_mode=render_mode,
+        )
+    from fastenv.vector import make_pipeline
+
+    if env_id not in _maniskill():  # fail here, not in every worker
+        raise ValueError(f"unknown ManiSkill env_id {env_id!r}; known: {sorted(_maniskill())}")
+    check_assets(env_id, _maniskill()[env_id])
+    if sim_backend is not None:
+        kwargs["sim_backend"] = sim_backend
+    return make_pipeline(
+        make_cpu_env, num_envs, pipeline_stages=pipeline_stages, env_id=env_id, modalities=modalities, chunk=chunk,
+        gamma=gamma, camera_size=camera_size, max_episode_steps=max_episode_steps, render_mode=render_mode,
+        **vector, **kwargs,
     )
 
 
-def adopt(
-    env: gym.Env,
-    *,
-    chunk: int | None = None,
-    modalities: Sequence[str] | None = None,
-    gamma: float | None = None,
-    render_mode: str | None = None,
-) -> ManiSkillVectorEnv:
-    """A ManiSkill env someone built, driven in place as a ``ManiSkillVectorEnv`` (the registry's entry)."""
-    return ManiSkillVectorEnv(env, modalities=modalities, chunk=chunk, gamma=gamma, render_mode=render_mode)
-
-
-def make_env(num_envs: int = 1, **kwargs: Any) -> gym.Env:
-    """``gym.make("fastenv/ManiSkill-v0", env_id=..., num_envs=N, ...)``: the batched env as one gymnasium.Env."""
+def make_env(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
+    """``gym.make("fastenv/ManiSkill-v0", env_id=..., ...)``: one CPU env, or with ``num_envs`` the
+    vector env as one batched gymnasium.Env."""
     from fastenv.vector import BatchedEnv
 
-    return BatchedEnv(make_vec(num_envs, **kwargs))
+    if num_envs is None and not uses_gpu(1, kwargs.get("sim_backend")) and "pipeline_stages" not in kwargs:
+        return make_cpu_env(**kwargs)
+    return BatchedEnv(make_vec(1 if num_envs is None else num_envs, **kwargs))
+
+
+def adopt(env: gym.Env, **options: Any) -> Any:
+    """A ManiSkill env someone built (the registry's entry).
+
+    A CPU env of one becomes a ``SimEnv`` (fastenv's wrappers then go on top); a batched env is
+    driven in place as a ``ManiSkillVectorEnv`` built with ``wrap()``'s options.
+    """
+    base = env.unwrapped
+    if int(base.num_envs) == 1 and not getattr(getattr(base, "device", None), "type", "cpu") == "cuda":
+        from fastenv.core import SimEnv
+
+        return SimEnv(ManiSkillAdapter(env), max_episode_steps=_registered_max_steps(env))
+    if options.get("flatten") or options.get("episode_statistics") or not options.get("headless", True):
+        raise ValueError("for batched ManiSkill envs wrap() takes chunk, modalities, gamma and render_mode")
+    return ManiSkillVectorEnv(
+        env, modalities=options.get("modalities"), chunk=options.get("chunk"), gamma=options.get("gamma"),
+        render_mode=options.get("render_mode", KEEP),
+    )

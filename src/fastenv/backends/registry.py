@@ -4,10 +4,10 @@ An entry names the classes it adopts by their qualified names (so nothing is imp
 them up) and the function that adopts an instance, as ``"module:function"`` (imported only when
 an env of that type comes). Subclasses match: ``OffScreenRenderEnv`` is a LIBERO ``ControlEnv``.
 
-- A single-env backend's function takes the env and returns a ``SimEnv`` over its adapter;
-  fastenv's wrappers then go on top.
-- A batched backend's function (``batched=True``) takes the env and ``wrap()``'s options and
-  returns the finished vector env (ManiSkill: all parallel envs live in one physics world).
+The function takes the env and ``wrap()``'s options. It returns a ``SimEnv`` over the backend's
+adapter, on which ``wrap()`` then puts fastenv's wrappers; or, for an env that is batched in
+place (ManiSkill on a GPU: all parallel envs in one physics world), the finished vector env,
+built with those options.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ class Backend:
     name: str
     types: tuple[str, ...]
     adopt: str | Callable[..., Any]
-    batched: bool = False
 
     def load(self) -> Callable[..., Any]:
         if callable(self.adopt):
@@ -36,7 +35,7 @@ class Backend:
 
 _BACKENDS: list[Backend] = [
     Backend("libero", ("libero.libero.envs.env_wrapper.ControlEnv",), "fastenv.backends.libero:adopt"),
-    Backend("maniskill", ("mani_skill.envs.sapien_env.BaseEnv",), "fastenv.backends.maniskill:adopt", batched=True),
+    Backend("maniskill", ("mani_skill.envs.sapien_env.BaseEnv",), "fastenv.backends.maniskill:adopt"),
 ]
 
 
@@ -44,18 +43,18 @@ def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def register_backend(name: str, types: Sequence[type | str], adopt: str | Callable[..., Any], *, batched: bool = False) -> None:
-    """Make ``fastenv.wrap`` adopt envs of ``types`` with ``adopt`` (checked before the built-in ones).
+def register_backend(name: str, types: Sequence[type | str], adopt: str | Callable[..., Any]) -> None:
+    """Make ``fastenv.wrap`` adopt envs of ``types`` with ``adopt(env, **options)`` (checked before the built-in ones).
 
     Example:
-        >>> register_backend("mysim", [MySimEnv], lambda env: SimEnv(MySimAdapter(env)))
+        >>> register_backend("mysim", [MySimEnv], lambda env, **options: SimEnv(MySimAdapter(env)))
     """
     if isinstance(types, (str, type)):
         types = [types]
     names = tuple(t if isinstance(t, str) else qualified_name(t) for t in types)
     if not names:
         raise ValueError("register_backend needs at least one type")
-    _BACKENDS.insert(0, Backend(name, names, adopt, batched))
+    _BACKENDS.insert(0, Backend(name, names, adopt))
 
 
 def find_backend(env: Any) -> Backend | None:

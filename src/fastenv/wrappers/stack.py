@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.vector import VectorEnv
 
 from fastenv.backends.base import KEEP
 from fastenv.backends.registry import find_backend
@@ -35,8 +36,8 @@ def wrap(
 
     Args:
         env: a Gymnasium env (any wrapper stack), or an env of a registered simulator: a LIBERO
-            ``OffScreenRenderEnv`` (adopted by its adapter), a ManiSkill env (then the result is
-            a batched vector env, since ManiSkill envs are batched).
+            ``OffScreenRenderEnv`` or a ManiSkill CPU env (adopted by their adapters), a batched
+            ManiSkill env (then the result is a vector env, driven in place).
         chunk: sub-actions per action; None leaves the action space as it is.
         modalities: observation keys to keep; None keeps them all.
         headless: close viewers and render only to arrays.
@@ -51,12 +52,13 @@ def wrap(
         >>> env = fastenv.wrap(gym.make("CartPole-v1"), chunk=4)
     """
     backend = find_backend(env)
-    if backend is not None and backend.batched:
-        if flatten or not headless or episode_statistics:
-            raise ValueError(f"for {backend.name} envs wrap() takes chunk, modalities, gamma and render_mode")
-        return backend.load()(env, chunk=chunk, modalities=modalities, gamma=gamma, render_mode=render_mode)
     if backend is not None:
-        env = backend.load()(env)
+        env = backend.load()(
+            env, chunk=chunk, modalities=modalities, headless=headless, render_mode=render_mode, gamma=gamma,
+            flatten=flatten, episode_statistics=episode_statistics,
+        )
+        if isinstance(env, VectorEnv):  # batched in place: the backend built it with these options
+            return env
     elif not isinstance(env, gym.Env):
         raise TypeError(
             f"fastenv wraps a gymnasium.Env or an env of a registered simulator, got {type(env).__module__}.{type(env).__name__}"

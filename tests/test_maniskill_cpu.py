@@ -1,0 +1,331 @@
+"""The ManiSkill backend on the real simulator (ManiSkill's CPU simulation), against the stock env.
+
+The stock env is ManiSkill's own ``gym.make(task, obs_mode=..., sim_backend="physx_cpu")`` stepped
+one action at a time. Needs a Vulkan device (scripts/vulkan.sh gives one to a machine without).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv[maniskill]")')
+pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv[maniskill]")')
+
+import fastenv  # noqa: E402
+from fastenv.backends import maniskill as ms  # noqa: E402
+
+pytestmark = pytest.mark.maniskill
+
+SIZE = 32  # camera side: small, but every capture still goes through SAPIEN's renderer
+
+
+def stock_env(env_id: str, obs_mode: str, **kwargs):
+    ms.configure_vulkan()
+    import mani_skill.envs  # noqa: F401
+
+    return gym.make(env_id, obs_mode=obs_mode, sim_backend="physx_cpu", sensor_configs=dict(width=SIZE, height=SIZE), **kwargs)
+
+
+def ours(env_id: str, modalities, chunk, **kwargs):
+    return ms.make_cpu_env(env_id, modalities=modalities, chunk=chunk, camera_size=SIZE, **kwargs)
+
+
+def stock_obs(raw, keys):
+    """The stock observation under fastenv's keys, as numpy (row 0 of ManiSkill's batch of one)."""
+    out = {}
+    for key in keys:
+        if key == "state":
+            value = raw["state"] if isinstance(raw, dict) else raw
+        else:
+            cam, texture = key.rsplit("_", 1)
+            value = raw["sensor_data"][cam][texture]
+        out[key] = value[0].numpy()
+    return out
+
+
+def assert_obs(ours_obs, stock, keys, where=""):
+    assert set(ours_obs) == set(keys), where
+    for key in keys:
+        assert np.array_equal(ours_obs[key], stock[key]), f"{where} {key}"
+
+
+def assert_info(ours_info, stock_info, where=""):
+    for key, value in stock_info.items():
+        assert np.array_equal(np.asarray(ours_info[key]), value[0].numpy()), f"{where} info {key}"
+
+
+CASES = [
+    ("PickCube-v1", "state", ["state"]),
+    ("PushCube-v1", "state", ["state"]),
+    ("PickCube-v1", "rgb+state", ["state", "base_camera_rgb"]),
+]
+
+
+@pytest.mark.parametrize("env_id, obs_mode, keys", CASES)
+def test_chunk_one_equals_the_stock_env_step_for_step(env_id, obs_mode, keys):
+    # Unseeded resets: ManiSkill draws them from torch's global generator, seeded at random in
+    # each process, unless enhanced_determinism derives them from the last seed (both get it).
+    env = ours(env_id, keys, chunk=1, enhanced_determinism=True)
+    stock = stock_env(env_id, obs_mode, enhanced_determinism=True)
+    try:
+        obs, _ = env.reset(seed=3)
+        raw, stock_info = stock.reset(seed=3)
+        assert_obs(obs, stock_obs(raw, keys), keys, "reset")
+        actions = np.random.default_rng(0).uniform(-1, 1, (55, *stock.action_space.shape)).astype(np.float32)
+        ended = 0
+        for t, action in enumerate(actions):  # 50-step episodes: through a truncation and a reset
+            obs, reward, terminated, truncated, info = env.step(action[None])
+            raw, stock_reward, stock_term, stock_trunc, stock_info = stock.step(action)
+            assert_obs(obs, stock_obs(raw, keys), keys, f"step {t}")
+            assert reward == float(stock_reward[0]), f"step {t}"
+            assert (terminated, truncated) == (bool(stock_term[0]), bool(stock_trunc[0])), f"step {t}"
+            assert_info(info, stock_info, f"step {t}")
+            if terminated or truncated:
+                ended += 1
+                obs, _ = env.reset()
+                raw, _ = stock.reset()
+                assert_obs(obs, stock_obs(raw, keys), keys, f"reset after {t}")
+        assert ended >= 1
+    finally:
+        env.close()
+        stock.close()
+
+
+def test_a_chunk_observes_what_the_stock_env_returns_after_the_same_actions():
+    keys = ["state", "base_camera_rgb"]
+    env, stock = ours("PickCube-v1", keys, chunk=8), stock_env("PickCube-v1", "rgb+state")
+    try:
+        env.reset(seed=5)
+        stock.reset(seed=5)
+        actions = np.random.default_rng(1).uniform(-1, 1, (4, 8, 8)).astype(np.float32)
+        for c, chunk in enumerate(actions):
+            rewards = []
+            for action in chunk:
+                raw, r, *_ = stock.step(action)
+                rewards.append(float(r[0]))
+            obs, reward, terminated, truncated, info = env.step(chunk)
+            assert_obs(obs, stock_obs(raw, keys), keys, f"chunk {c}")
+            np.testing.assert_array_equal(info["chunk_rewards"], rewards)
+            assert reward == np.sum(np.array(rewards)) and info["chunk_steps"] == 8
+            assert not terminated and not truncated
+    finally:
+        env.close()
+        stock.close()
+
+
+def test_truncation_inside_a_chunk_gives_the_stock_final_observation():
+    keys = ["state", "base_camera_rgb"]
+    env, stock = ours("PickCube-v1", keys, chunk=8), stock_env("PickCube-v1", "rgb+state")  # 50 steps
+    try:
+        env.reset(seed=7)
+        stock.reset(seed=7)
+        actions = np.random.default_rng(2).uniform(-1, 1, (7, 8, 8)).astype(np.float32)
+        for c, chunk in enumerate(actions):
+            obs, reward, terminated, truncated, info = env.step(chunk)
+            if truncated:
+                break
+        for action in actions.reshape(-1, 8)[:50]:
+            raw, _, _, stock_truncated, _ = stock.step(action)
+        assert c == 6 and truncated and info["chunk_steps"] == 2 and bool(stock_truncated[0])  # 48 + 2
+        assert_obs(obs, stock_obs(raw, keys), keys, "final")
+    finally:
+        env.close()
+        stock.close()
+
+
+def test_success_inside_a_chunk_gives_the_stock_final_observation():
+    keys = ["state", "base_camera_rgb"]
+    env, stock = ours("PickCube-v1", keys, chunk=8), stock_env("PickCube-v1", "rgb+state")
+    try:
+        env.reset(seed=9)
+        stock.reset(seed=9)
+        for base in (env.unwrapped.adapter.base, stock.unwrapped):
+            # Success is rare with random actions: make it come at the 3rd step, in both the same way.
+            evaluate = base.evaluate
+            base.evaluate = lambda evaluate=evaluate, base=base: {**evaluate(), "success": base.elapsed_steps >= 3}
+        chunk = np.random.default_rng(3).uniform(-1, 1, (8, 8)).astype(np.float32)
+        obs, reward, terminated, truncated, info = env.step(chunk)
+        for action in chunk[:3]:
+            raw, *_ = stock.step(action)
+        assert terminated and not truncated and info["chunk_steps"] == 3 and info["success"] is True
+        assert_obs(obs, stock_obs(raw, keys), keys, "final")
+    finally:
+        env.close()
+        stock.close()
+
+
+def counted(capture, name, calls):
+    def wrapper(*args, **kwargs):
+        calls.append(name)
+        return capture(*args, **kwargs)
+
+    return wrapper
+
+
+def test_only_kept_cameras_are_captured_and_no_human_render_camera_is_built(monkeypatch):
+    env = ms.make_cpu_env("PickCube-v1", modalities=["base_camera_rgb"], chunk=8, camera_size=SIZE, robot_uids="panda_wristcam")
+    stock = stock_env("PickCube-v1", "rgb", robot_uids="panda_wristcam")
+    try:
+        base = env.unwrapped.adapter.base
+        assert set(stock.unwrapped._sensors) == {"base_camera", "hand_camera"}  # what stock captures
+        assert list(base._sensors) == ["base_camera"]  # the wrist camera is never captured
+        assert base._human_render_cameras == {} and base._viewer is None
+        captures = []
+        for name, sensor in base._sensors.items():
+            monkeypatch.setattr(sensor, "capture", counted(sensor.capture, name, captures))
+        env.reset(seed=0)
+        captures.clear()
+        obs, *_ = env.step(np.zeros((8, 8), np.float32))
+        assert captures == ["base_camera"]  # one capture for 8 simulator steps
+        assert obs["base_camera_rgb"].shape == (SIZE, SIZE, 3) and obs["base_camera_rgb"].std() > 0
+    finally:
+        env.close()
+        stock.close()
+
+
+def test_state_only_builds_no_camera():
+    env = ms.make_cpu_env("PickCube-v1", modalities=["state"], chunk=4)
+    try:
+        base = env.unwrapped.adapter.base
+        assert base._sensors == {} and base._human_render_cameras == {} and base.obs_mode == "state"
+    finally:
+        env.close()
+
+
+def test_headless_and_frames_on_request():
+    env = ms.make_cpu_env("PickCube-v1", modalities=["state"], chunk=4)
+    framed = ms.make_cpu_env("PickCube-v1", modalities=["state"], chunk=4, render_mode="rgb_array", camera_size=SIZE)
+    try:
+        env.reset(seed=0)
+        assert env.render_mode is None and env.render() is None
+        assert env.unwrapped.adapter.base._viewer is None
+        framed.reset(seed=0)
+        frame = framed.render()
+        assert framed.render_mode == "rgb_array" and frame.ndim == 3 and frame.shape[-1] == 3 and frame.std() > 0
+    finally:
+        env.close()
+        framed.close()
+
+
+def test_bad_inputs_are_refused_clearly_and_the_env_stays_usable():
+    env = ours("PickCube-v1", ["state"], chunk=4)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match=r"action chunk must have shape \(4, 8\), got shape \(4, 7\)"):
+            env.step(np.zeros((4, 7), np.float32))
+        bad = np.zeros((4, 8), np.float32)
+        bad[1, 2] = np.nan
+        with pytest.raises(ValueError, match=r"must be finite, got nan at index \(1, 2\)"):
+            env.step(bad)
+        obs, *_ = env.step(np.zeros((4, 8), np.float32))
+        assert env.observation_space.contains(obs)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match=r"unknown observation key\(s\) \['wrist_rgb'\]"):
+        ours("PickCube-v1", ["wrist_rgb"], chunk=4)
+    with pytest.raises(ValueError, match=r"unknown ManiSkill env_id 'PickCub-v1'; known: \[.*'PickCube-v1'"):
+        ours("PickCub-v1", ["state"], chunk=4)
+
+
+def test_a_task_whose_assets_are_not_downloaded_is_refused_without_a_prompt():
+    with pytest.raises(ValueError, match=r"ManiSkill task 'PickSingleYCB-v1' needs assets that are not downloaded \(ycb\).*download_asset PickSingleYCB-v1"):
+        ours("PickSingleYCB-v1", ["state"], chunk=4)
+
+
+def test_wrap_an_existing_cpu_env():
+    stock = stock_env("PickCube-v1", "rgb+state")
+    env = fastenv.wrap(stock, chunk=2, modalities=["base_camera_rgb"])
+    try:
+        base = stock.unwrapped
+        assert isinstance(env.unwrapped, fastenv.SimEnv)
+        assert env.unwrapped.max_episode_steps == 50  # the registered limit
+        obs, _ = env.reset(seed=0)
+        assert list(obs) == ["base_camera_rgb"]
+        obs, reward, *_ = env.step(np.zeros((2, 8), np.float32))
+        assert obs["base_camera_rgb"].shape == (SIZE, SIZE, 3) and isinstance(reward, float)
+        assert base.obs_mode_struct.visual.rgb and not base.obs_mode_struct.state
+    finally:
+        env.close()
+    raw, _ = stock.reset(seed=0)
+    assert "state" in raw and "base_camera" in raw["sensor_data"]  # given back as it came
+    stock.close()
+
+
+@pytest.mark.parametrize("control_mode", ["pd_joint_delta_pos", "pd_joint_pos"])
+def test_envs_not_stepped_hold_their_targets_as_maniskills_own_step_without_action(control_mode):
+    # The world-step fastenv uses for envs of a shared world whose turn it is not, on the real
+    # simulator: it must leave them exactly as ManiSkill's own step(None) does (targets held), which
+    # a substituted zero action does not (an absolute controller drives to 0).
+    import mani_skill.envs  # noqa: F401
+
+    def build():
+        env = gym.make("PickCube-v1", obs_mode="state", control_mode=control_mode, sim_backend="physx_cpu")
+        env.reset(seed=0)
+        env.unwrapped._step_action(np.full(env.action_space.shape, 0.3, np.float32))  # some targets to hold
+        return env
+
+    held, stock, zero = build(), build(), build()
+    try:
+        batch = ms.ManiSkillBatch(held.unwrapped, ["state"], [], None)
+        none = torch.zeros(0, dtype=torch.int64)
+        for _ in range(5):
+            batch._step_world(none, torch.zeros((0, *held.action_space.shape)))
+            stock.unwrapped._step_action(None)
+            zero.unwrapped._step_action(np.zeros(zero.action_space.shape, np.float32))
+        q_held, q_stock, q_zero = (e.unwrapped.agent.robot.get_qpos() for e in (held, stock, zero))
+        assert torch.equal(q_held, q_stock)
+        if control_mode == "pd_joint_pos":
+            assert not torch.equal(q_zero, q_stock)  # what the former zero-action substitution did
+    finally:
+        for env in (held, stock, zero):
+            env.close()
+
+
+# -- many CPU envs in fastenv's workers --------------------------------------------------------------
+class StockAsNumpy(gym.Wrapper):
+    """The stock env with fastenv's key names and numpy values (row 0 of its batch of one)."""
+
+    def __init__(self, env, keys):
+        super().__init__(env)
+        self.keys = keys
+
+    def reset(self, *, seed=None, options=None):
+        raw, info = self.env.reset(seed=seed, options=options)
+        return stock_obs(raw, self.keys), ms._row(info)
+
+    def step(self, action):
+        raw, reward, terminated, truncated, info = self.env.step(action)
+        return stock_obs(raw, self.keys), float(reward[0]), bool(terminated[0]), bool(truncated[0]), ms._row(info)
+
+
+def test_the_vector_env_on_cpu_workers_equals_each_stock_env_run_alone():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from test_properties import Reference, run_program
+
+    keys = ["state", "base_camera_rgb"]
+    # enhanced_determinism: autoresets are unseeded, and ManiSkill draws them from torch's global
+    # generator (seeded at random per process) unless it derives them from the last seed.
+    envs = gym.make_vec("fastenv/ManiSkill-v0", num_envs=4, num_workers=2, pipeline_stages=2, env_id="PickCube-v1", chunk=4,
+                        modalities=keys, camera_size=SIZE, max_episode_steps=10, enhanced_determinism=True)
+    plain = functools.partial(
+        lambda: StockAsNumpy(stock_env("PickCube-v1", "rgb+state", max_episode_steps=10, enhanced_determinism=True), keys)
+    )
+    ref = Reference(plain, 4, 2, 4, None)
+    try:
+        assert isinstance(envs, fastenv.vector.PipelineVectorEnv)  # no CUDA here: CPU envs in workers
+
+        @settings(max_examples=int(__import__("os").environ.get("FASTENV_MANISKILL_EXAMPLES", "3")), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(data=st.data())
+        def program(data):
+            run_program(data, envs, ref, rounds=data.draw(st.integers(2, 5)), kills=False, sync=None)
+
+        program()
+    finally:
+        envs.close()
+        for env in ref.envs:
+            env.close()
