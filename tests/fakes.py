@@ -202,36 +202,61 @@ class GateEnv(gym.Env):
 
 
 class SharedWorldAdapter(FakeAdapter):
-    """Envs of one process share a physics world: any env's step advances it by ``dt``.
+    """Envs of one process share one physics world, as OmniGibson's do (one ``og.sim``).
 
-    The observation is the world's simulated time, so tests can read each env's simulated time
-    per action.
+    A sub-step is split the way fastenv steps shared worlds: ``set_action`` (this env's target,
+    kept until its next action, as a robot controller's command is), ``advance_world`` (one step
+    of ``dt`` for the whole world), ``evaluate``. Observations are the world's simulated time and
+    step count; ``target_log`` keeps this env's target at every world step.
     """
 
     shared_physics = True
     base_physics_dt = 0.01
-    world = {"time": 0.0}
+    world = {"time": 0.0, "steps": 0, "members": []}  # one per process
 
     def __init__(self) -> None:
         super().__init__()
         self.dt = self.base_physics_dt
-        self.observation_space = spaces.Dict({"sim_time": spaces.Box(0, np.inf, (1,), np.float64)})
+        self.target = np.zeros(3)
+        self.target_log: list[np.ndarray] = []
+        self.world["members"].append(self)
+        self.observation_space = spaces.Dict(
+            {"sim_time": spaces.Box(0, np.inf, (1,), np.float64), "world_steps": spaces.Box(0, np.inf, (1,), np.float64)}
+        )
 
     def set_physics_dt(self, dt: float) -> None:
         self.dt = dt
 
     def _obs(self):
-        return {"sim_time": np.array([self.world["time"]])}
+        return {"sim_time": np.array([self.world["time"]]), "world_steps": np.array([float(self.world["steps"])])}
 
-    def _advance(self):
+    def set_action(self, action) -> None:
+        self.target = np.asarray(action, dtype=np.float64).copy()
+
+    def advance_world(self) -> None:
         self.world["time"] += self.dt
+        self.world["steps"] += 1
+        for member in self.world["members"]:
+            member.target_log.append(member.target.copy())
+
+    def evaluate(self):
+        self.t += 1
         return 0.0, False, False, {}
+
+    def _advance(self):  # never used: SimEnv steps shared worlds through the three calls above
+        raise AssertionError("a shared world must advance once for all its envs, not once per env")
 
 
 def make_shared_world_env():
     from fastenv import SimEnv
 
     return SimEnv(SharedWorldAdapter())
+
+
+def make_chunked_shared_world_env():
+    import fastenv
+
+    return fastenv.wrap(make_shared_world_env(), chunk=3)
 
 
 class CountdownEnv(gym.Env):

@@ -7,6 +7,11 @@ one action at a time. Needs a Vulkan device (scripts/vulkan.sh gives one to a ma
 from __future__ import annotations
 
 import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -329,3 +334,92 @@ def test_the_vector_env_on_cpu_workers_equals_each_stock_env_run_alone():
         envs.close()
         for env in ref.envs:
             env.close()
+
+
+# -- scripts written for ManiSkill's own vector env -------------------------------------------------
+@pytest.mark.parametrize("ignore_terminations", [False, True])
+def test_maniskill_conventions_equal_maniskills_own_vector_env(ignore_terminations):
+    # One CPU env: ManiSkill's own ManiSkillVectorEnv runs it too, so the two compare step for step.
+    from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv as Stock
+
+    from fastenv.integrations.maniskill import make_vec
+
+    kwargs = dict(obs_mode="state", max_episode_steps=12, enhanced_determinism=True)
+    stock = Stock(gym.make("PickCube-v1", sim_backend="physx_cpu", **kwargs), 1,
+                  ignore_terminations=ignore_terminations, record_metrics=True)
+    ours_envs = make_vec("PickCube-v1", 1, ignore_terminations=ignore_terminations, record_metrics=True, num_workers=1, **kwargs)
+    try:
+        from mani_skill.utils import gym_utils
+
+        assert gym_utils.find_max_episode_steps_value(ours_envs._env) == 12
+        assert ours_envs.single_observation_space.shape == stock.single_observation_space.shape
+        obs, _ = ours_envs.reset(seed=1)
+        ref, _ = stock.reset(seed=1)
+        assert torch.equal(obs, ref)
+        rng = np.random.default_rng(4)
+        ended = 0
+        for t in range(30):
+            action = torch.as_tensor(rng.uniform(-1, 1, (1, 8)), dtype=torch.float32)
+            obs, reward, term, trunc, infos = ours_envs.step(action)
+            ref, ref_reward, ref_term, ref_trunc, ref_infos = stock.step(action)
+            assert torch.equal(obs, ref) and torch.equal(reward, ref_reward), t
+            assert torch.equal(term, ref_term) and torch.equal(trunc, ref_trunc), t
+            assert ("final_info" in infos) == ("final_info" in ref_infos), t
+            if "final_info" in ref_infos:
+                ended += 1
+                assert torch.equal(infos["_final_info"], ref_infos["_final_info"])
+                assert torch.equal(infos["final_observation"], ref_infos["final_observation"])
+                for key, value in ref_infos["final_info"]["episode"].items():
+                    assert torch.equal(infos["final_info"]["episode"][key], value), (t, key)
+                for key, value in ref_infos["final_info"].items():
+                    if key != "episode":
+                        assert torch.equal(infos["final_info"][key], value), (t, key)
+            else:
+                for key, value in ref_infos["episode"].items():
+                    assert torch.equal(infos["episode"][key], value), (t, key)
+        assert ended == 2  # 12-step episodes
+    finally:
+        ours_envs.close()
+        stock.close()
+
+
+MANISKILL_PPO = os.environ.get("MANISKILL_PPO_SCRIPT")
+CONSTRUCTION = re.compile(r"^(?P<indent>[ \t]*)envs = gym\.make\(args\.env_id.*?^(?P=indent)eval_envs = ManiSkillVectorEnv\(.*?\)\n", re.M | re.S)
+FASTENV_CONSTRUCTION = (
+    "{indent}from fastenv.integrations.maniskill import make_vec\n"
+    "{indent}envs = make_vec(args.env_id, args.num_envs, ignore_terminations=not args.partial_reset, record_metrics=True, "
+    "reconfiguration_freq=args.reconfiguration_freq, **env_kwargs)\n"
+    "{indent}eval_envs = make_vec(args.env_id, args.num_eval_envs, ignore_terminations=not args.eval_partial_reset, "
+    "record_metrics=True, reconfiguration_freq=args.eval_reconfiguration_freq, **env_kwargs)\n"
+)
+
+
+def patched_ppo(source: str) -> str:
+    """ManiSkill's PPO script with its env construction (gym.make ... ManiSkillVectorEnv) replaced."""
+    new, count = CONSTRUCTION.subn(lambda m: FASTENV_CONSTRUCTION.format(indent=m.group("indent")), source)
+    if count != 1:
+        raise AssertionError(f"expected one env construction block, found {count}")
+    return new
+
+
+def test_the_patch_replaces_only_the_env_construction():
+    source = (
+        "x = 1\n    envs = gym.make(args.env_id, num_envs=2)\n    eval_envs = gym.make(args.env_id)\n"
+        "    envs = ManiSkillVectorEnv(envs, 2)\n    eval_envs = ManiSkillVectorEnv(eval_envs, 2, record_metrics=True)\n    go()\n"
+    )
+    out = patched_ppo(source)
+    assert out.startswith("x = 1\n    from fastenv.integrations.maniskill import make_vec\n    envs = make_vec(") and out.endswith("    go()\n")
+
+
+@pytest.mark.skipif(MANISKILL_PPO is None, reason="set MANISKILL_PPO_SCRIPT to ManiSkill's examples/baselines/ppo/ppo.py (not redistributed)")
+def test_maniskills_ppo_script_runs_with_only_its_env_construction_changed(tmp_path):
+    pytest.importorskip("tensorboard", reason="ManiSkill's PPO script logs with tensorboard")
+    script = tmp_path / "ppo.py"
+    script.write_text(patched_ppo(Path(MANISKILL_PPO).read_text()))
+    args = ["--num-envs", "4", "--num-eval-envs", "2", "--num-steps", "8", "--total-timesteps", "64", "--num-minibatches", "2",
+            "--update-epochs", "1", "--eval-freq", "2", "--num-eval-steps", "50", "--no-capture-video", "--no-cuda"]
+    out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("SPS:") == 2  # two PPO iterations of 4 envs x 8 steps
+    assert "resulting in 2 episodes" in out.stdout  # the 50-step eval episodes ended, with their metrics
+    assert "eval_success_once_mean=" in out.stdout and "eval_return_mean=" in out.stdout

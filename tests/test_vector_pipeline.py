@@ -326,8 +326,11 @@ def test_dynamic_batching_serves_ready_envs_first(tmp_path):
 
 
 @pytest.mark.parametrize("stages", [1, 2])
-def test_shared_physics_keeps_simulated_time_per_action(stages):
-    envs = PipelineVectorEnv([make_shared_world_env] * (2 * stages), num_workers=2, pipeline_stages=stages)
+@pytest.mark.parametrize("envs_per_worker", [1, 2])
+def test_shared_physics_keeps_simulated_time_per_action(stages, envs_per_worker):
+    # Several envs per worker share its world: each stage's sub-step advances it once for all of
+    # them, and the step is divided by S, so an env's simulated time per action is what it was.
+    envs = PipelineVectorEnv([make_shared_world_env] * (2 * stages * envs_per_worker), num_workers=2, pipeline_stages=stages)
     try:
         assert envs.shared_physics and envs.physics_scaled == (stages > 1)
         envs.reset(seed=0)
@@ -346,6 +349,27 @@ def test_shared_physics_keeps_simulated_time_per_action(stages):
             np.testing.assert_allclose(deltas, 0.01, rtol=1e-9)
     finally:
         envs.close()
+
+
+def test_a_shared_world_advances_once_per_sub_step_and_envs_not_stepped_hold_their_targets():
+    from fakes import make_chunked_shared_world_env
+
+    # 4 envs in one worker's world, 2 stages, chunks of 3.
+    with PipelineVectorEnv([make_chunked_shared_world_env] * 4, num_workers=1, pipeline_stages=2) as envs:
+        envs.reset(seed=0)
+        envs.send(np.full((2, 3, 3), 1.0), stage=0)
+        obs, *_ = envs.recv(stage=0)
+        assert obs["world_steps"][:, 0].tolist() == [3, 3]  # 3 sub-steps, not 3 per env
+        envs.send(np.full((2, 3, 3), 2.0), stage=1)
+        obs, *_ = envs.recv(stage=1)
+        assert obs["world_steps"][:, 0].tolist() == [6, 6]
+        logs = envs.apply(lambda env: np.array(env.unwrapped.adapter.target_log))
+        for gid, log in enumerate(logs):
+            assert log.shape == (6, 3)
+            mine = 1.0 if gid < 2 else 2.0
+            # stage 0's envs act during the first 3 world steps and hold 1.0 during stage 1's
+            expected = [mine] * 6 if gid < 2 else [0.0] * 3 + [mine] * 3
+            np.testing.assert_array_equal(log[:, 0], expected)
 
 
 def test_per_env_final_info_for_cleanrl_style_loops():

@@ -204,7 +204,9 @@ class BehaviorAdapter:
     """One BEHAVIOR task in OmniGibson as a fastenv simulator adapter.
 
     Envs built in one process share OmniGibson's single physics world (``shared_physics``): a
-    fastenv vector env with pipeline stages divides the physics step by the stages.
+    worker steps them together (``set_action`` each, ``advance_world`` once, ``evaluate`` each),
+    envs not being stepped keep their robots' last commands, and a vector env with pipeline
+    stages divides the physics step by the stages.
     """
 
     shared_physics = True
@@ -265,17 +267,28 @@ class BehaviorAdapter:
         self._og.sim.render()  # camera buffers lag the state by a render
         return self._obs(), {"task": self.settings.task}
 
-    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
-        og = self._og
-        with og.sim.render_on_step(False):
-            self.env._pre_step(action)  # split the flat action over the robots and apply it
-            og.sim.step()
-        reward, done, info = self.env.task.step(self.env, action)
-        self.env._current_step += 1  # what _post_step counts; the timeout condition reads it
-        return float(reward), *self._split_done(bool(done), info)
+    # A sub-step is Environment.step without get_obs, split in three so that the envs of one
+    # process, which share og.sim's world, advance it once per sub-step together.
+    def set_action(self, action: Any) -> None:
+        """This env's action: split over its robots and applied (their controllers keep it)."""
+        self._action = action
+        self.env._pre_step(action)
 
-    def _split_done(self, done: bool, info: dict[str, Any]) -> tuple[bool, bool, Info]:
-        return split_done(done, info)
+    def advance_world(self) -> None:
+        """One physics step of the process's world, for every env in it, without rendering."""
+        with self._og.sim.render_on_step(False):
+            self._og.sim.step()
+
+    def evaluate(self) -> tuple[float, bool, bool, Info]:
+        """This env's reward and termination after the world step."""
+        reward, done, info = self.env.task.step(self.env, self._action)
+        self.env._current_step += 1  # what _post_step counts; the timeout condition reads it
+        return float(reward), *split_done(bool(done), info)
+
+    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
+        self.set_action(action)
+        self.advance_world()
+        return self.evaluate()
 
     def observe(self) -> ObsType:
         self._og.sim.render()

@@ -272,6 +272,8 @@ class ManiSkillAdapter:
         env: the ManiSkill env (wrapped or not).
         keys: keys to produce (None: all the env was built with).
         owned: fastenv built it (closing closes it); otherwise closing gives it back as it came.
+        ignore_terminations: success and failure end no episode (only the time limit does), as
+            ManiSkill's vector env's option of that name.
 
     Example:
         >>> adapter = ManiSkillAdapter(gym.make("PickCube-v1", obs_mode="state"))
@@ -279,7 +281,9 @@ class ManiSkillAdapter:
 
     shared_physics = False
 
-    def __init__(self, env: gym.Env, *, keys: Sequence[str] | None = None, owned: bool = False) -> None:
+    def __init__(
+        self, env: gym.Env, *, keys: Sequence[str] | None = None, owned: bool = False, ignore_terminations: bool = False
+    ) -> None:
         import torch
 
         base = env.unwrapped
@@ -290,6 +294,7 @@ class ManiSkillAdapter:
             )
         self.torch = torch
         self.env, self.base, self.owned = env, base, owned
+        self.ignore_terminations = bool(ignore_terminations)
         self.render_fps = int(getattr(base, "control_freq", 20) or 20)
         self.render_mode = base.render_mode if base.render_mode == "rgb_array" else None
         self._selection = _Selection(base)
@@ -333,7 +338,8 @@ class ManiSkillAdapter:
         info = base.get_info()
         reward = base.get_reward(obs=None, action=applied, info=info)
         self._info = info
-        return float(_row(reward)), bool(_terminated(info, 1, base.device)[0]), False, _row(info)
+        terminated = not self.ignore_terminations and bool(_terminated(info, 1, base.device)[0])
+        return float(_row(reward)), terminated, False, _row(info)
 
     def observe(self) -> ObsType:
         return self._observation(self.base.get_obs(self._info))
@@ -341,7 +347,8 @@ class ManiSkillAdapter:
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
         raw, reward, terminated, _, info = self.base.step(np.asarray(action))
         self._info = info
-        return self._observation(raw), float(_row(reward)), bool(_row(terminated)), False, _row(info)
+        terminated = not self.ignore_terminations and bool(_row(terminated))
+        return self._observation(raw), float(_row(reward)), terminated, False, _row(info)
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -428,7 +435,9 @@ class ManiSkillBatch:
 
     batched = True
 
-    def __init__(self, base: Any, keys: Sequence[str], cameras: Sequence[str], max_episode_steps: int | None) -> None:
+    def __init__(
+        self, base: Any, keys: Sequence[str], cameras: Sequence[str], max_episode_steps: int | None, ignore_terminations: bool = False
+    ) -> None:
         import torch
 
         from fastenv.core.arrays import TorchOps
@@ -440,6 +449,7 @@ class ManiSkillBatch:
         self.ops = TorchOps(self.device)
         self.keys, self.cameras = tuple(keys), tuple(cameras)
         self.max_episode_steps = max_episode_steps
+        self.ignore_terminations = bool(ignore_terminations)
         self.single_action_space = base.single_action_space
         self._env_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._info: Mapping[str, Any] = base.get_info()
@@ -507,6 +517,8 @@ class ManiSkillBatch:
         self._info = info
         self._env_steps[rows] += 1
         terminated = _terminated(info, self.num_envs, self.device)[rows]
+        if self.ignore_terminations:
+            terminated = torch.zeros_like(terminated)
         truncated = torch.zeros_like(terminated)
         if self.max_episode_steps is not None:
             truncated = (self._env_steps[rows] >= self.max_episode_steps) & ~terminated
@@ -540,6 +552,7 @@ class ManiSkillVectorEnv(VectorEnv):
         max_episode_steps: simulator steps per episode (default: ManiSkill's registered limit).
         pipeline_stages: S; N must be a multiple of S.
         render_mode: None or "rgb_array".
+        ignore_terminations: success and failure end no episode (only the time limit does).
 
     Example:
         >>> envs = ManiSkillVectorEnv(gym.make("PickCube-v1", num_envs=64, obs_mode="rgb"), chunk=8)
@@ -555,6 +568,7 @@ class ManiSkillVectorEnv(VectorEnv):
         max_episode_steps: int | None = None,
         pipeline_stages: int = 1,
         render_mode: str | None = None,
+        ignore_terminations: bool = False,
     ) -> None:
         import torch
 
@@ -582,7 +596,7 @@ class ManiSkillVectorEnv(VectorEnv):
             # S world steps per action take the time one took with a single stage.
             self.base_physics_dt = float(base.scene.timestep)
             base.scene.set_timestep(self.base_physics_dt / self.pipeline_stages)
-        self.sim = ManiSkillBatch(base, self.keys, selection.cameras, max_episode_steps)
+        self.sim = ManiSkillBatch(base, self.keys, selection.cameras, max_episode_steps, ignore_terminations)
         self.executor = Executor(self.sim, chunk=chunk, gamma=gamma, autoreset=True)
         self.chunk, self.gamma, self.max_episode_steps = self.executor.chunk, self.executor.gamma, max_episode_steps
         single_action = base.single_action_space
@@ -744,6 +758,7 @@ def make_cpu_env(
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
     episode_statistics: bool = False,
+    ignore_terminations: bool = False,
     **env_kwargs: Any,
 ) -> gym.Env:
     """One ManiSkill env on ManiSkill's CPU simulation, in fastenv's single-env stack (numpy)."""
@@ -754,7 +769,8 @@ def make_cpu_env(
     env = build(env_id, 1, modalities=modalities, camera_size=camera_size, render_mode=render_mode, **env_kwargs)
     if max_episode_steps is None:
         max_episode_steps = _maniskill()[env_id].max_episode_steps
-    sim = SimEnv(ManiSkillAdapter(env, keys=modalities, owned=True), max_episode_steps=max_episode_steps)
+    adapter = ManiSkillAdapter(env, keys=modalities, owned=True, ignore_terminations=ignore_terminations)
+    sim = SimEnv(adapter, max_episode_steps=max_episode_steps)
     return wrap(sim, chunk=chunk, gamma=gamma, render_mode=render_mode, episode_statistics=episode_statistics)
 
 
@@ -789,6 +805,7 @@ def make_vec(
     if uses_gpu(num_envs, sim_backend):
         if vector:
             raise ValueError(f"{sorted(vector)} are options of the CPU workers; a GPU env is batched in one process")
+        ignore_terminations = kwargs.pop("ignore_terminations", False)
         env = build(
             env_id, num_envs, modalities=modalities, camera_size=camera_size, render_mode=render_mode,
             sim_backend=sim_backend or "physx_cuda", **kwargs,
@@ -797,7 +814,7 @@ def make_vec(
             max_episode_steps = _maniskill()[env_id].max_episode_steps
         return ManiSkillVectorEnv(
             env, modalities=modalities, chunk=chunk, gamma=gamma, max_episode_steps=max_episode_steps,
-            pipeline_stages=pipeline_stages, render_mode=render_mode,
+            pipeline_stages=pipeline_stages, render_mode=render_mode, ignore_terminations=ignore_terminations,
         )
     from fastenv.vector import make_pipeline
 

@@ -118,6 +118,20 @@ class EnvRow:
                 reward = wrapper.reward(reward)
         return reward, terminated, truncated, info
 
+    def prepare(self, action: Any) -> None:
+        """Apply the action, for a world step taken with the other envs (see ``SimEnv.prepare``)."""
+        for wrapper in self.path:
+            if isinstance(wrapper, gym.ActionWrapper):
+                action = wrapper.action(action)
+        self.core.prepare(action)
+
+    def conclude(self) -> tuple[Any, Any, Any, dict]:
+        reward, terminated, truncated, info = self.core.conclude()
+        for wrapper in reversed(self.path):
+            if isinstance(wrapper, gym.RewardWrapper):
+                reward = wrapper.reward(reward)
+        return reward, terminated, truncated, info
+
     def observe(self) -> Any:
         if self.core is None:
             return self._last_obs
@@ -154,6 +168,9 @@ class EnvBatch:
         self.single_observation_space = first.observation_space
         self.single_action_space = first.action_space
         self.failed_row = -1  # the row whose env raised last
+        # Envs sharing one physics world (OmniGibson's in one process) advance it together: once per
+        # sub-step for every env stepped, never once per env.
+        self.shared_world = all(getattr(row.core, "steps_world_together", False) for row in self.rows)
 
     def reset(self, rows: np.ndarray, seeds: Sequence[int | None] | None, options: Mapping[str, Any] | None) -> tuple[list, list]:
         obs, infos = [], []
@@ -174,6 +191,15 @@ class EnvBatch:
         infos = []
         row = -1
         try:
+            if self.shared_world:
+                for i, row in enumerate(rows.tolist()):
+                    self.rows[row].prepare(view_row(actions, i))
+                row = int(rows[0])
+                self.rows[row].core.advance_world()
+                for i, row in enumerate(rows.tolist()):
+                    rewards[i], terminated[i], truncated[i], info = self.rows[row].conclude()
+                    infos.append(info)
+                return rewards, terminated, truncated, infos
             for i, row in enumerate(rows.tolist()):
                 rewards[i], terminated[i], truncated[i], info = self.rows[row].substep(view_row(actions, i))
                 infos.append(info)
@@ -183,6 +209,9 @@ class EnvBatch:
         return rewards, terminated, truncated, infos
 
     def step(self, rows: np.ndarray, actions: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, list]:
+        if self.shared_world:  # a world step for all, then each env's observation
+            rewards, terminated, truncated, infos = self.substep(rows, actions)
+            return self.observe(rows), rewards, terminated, truncated, infos
         m = len(rows)
         rewards, terminated, truncated = np.empty(m), np.empty(m, dtype=bool), np.empty(m, dtype=bool)
         obs, infos = [], []

@@ -103,8 +103,39 @@ class SimEnv(gym.Env):
         """Change the physics step (used by vector envs whose stages share one physics world)."""
         self.adapter.set_physics_dt(dt)
 
+    # -- a physics world shared with the other envs of the process ---------------------------------
+    @property
+    def steps_world_together(self) -> bool:
+        """True when envs of this process advance one shared world together.
+
+        Such an adapter splits a sub-step into ``set_action`` (this env's action),
+        ``advance_world`` (one step of the world, for every env in it) and ``evaluate`` (this env's
+        reward and termination), so a batch of envs advances the world once per sub-step.
+        """
+        return self.shared_physics and callable(getattr(self.adapter, "advance_world", None))
+
+    def prepare(self, action: Any) -> None:
+        """Apply this env's action; the world advances later, once for all (``advance_world``)."""
+        action = check_action(action, self.action_space)
+        self._pending_obs = None
+        self.adapter.set_action(action)
+
+    def advance_world(self) -> None:
+        """One step of the shared world, for every env in it."""
+        self.adapter.advance_world()
+
+    def conclude(self) -> tuple[float, bool, bool, Info]:
+        """This env's side of the world step: (reward, terminated, truncated, info)."""
+        self.elapsed_steps += 1
+        reward, terminated, truncated, info = self.adapter.evaluate()
+        return float(reward), bool(terminated), bool(truncated) or self._truncates_now(), info
+
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
         """Advance one action without an observation: (reward, terminated, truncated, info)."""
+        if self.steps_world_together:
+            self.prepare(action)
+            self.advance_world()
+            return self.conclude()
         action = check_action(action, self.action_space)
         self._pending_obs = None
         self.elapsed_steps += 1

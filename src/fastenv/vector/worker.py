@@ -23,6 +23,7 @@ import numpy as np
 from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.batch import EnvBatch
 from fastenv.core.executor import Executor
+from fastenv.wrappers.action import ActionChunk
 from fastenv.vector.shared import SharedArrays, leaf_specs, structure
 
 # Commands (main -> worker); replies (worker -> main) start with the same word, or "error".
@@ -53,8 +54,7 @@ class WorkerCore:
         self.local = {gid: j for j, gid in enumerate(self.env_ids)}
         self.rows = [int(r) for r in rows]
         self.envs = [fn() for fn in env_fns]
-        self.batch = EnvBatch(self.envs)
-        self.executor = Executor(self.batch, autoreset=True)
+        self.batch, self.executor = batch_executor(self.envs)
         self._index = [np.array([j]) for j in range(len(self.envs))]  # each env as a batch of one row
 
     def describe(self, pipeline_stages: int) -> dict[str, Any]:
@@ -150,6 +150,22 @@ class WorkerCore:
             except Exception:  # closing must not hide the error that brought us here
                 traceback.print_exc()
         self.envs = []
+
+
+def batch_executor(envs: Sequence[gym.Env]) -> tuple[EnvBatch, Executor]:
+    """The envs as one batch under the executor, with same-step autoreset.
+
+    Envs built as ``ActionChunk(env)`` (fastenv's stack) have their chunks run by this executor
+    over the envs below it, so the envs of a worker take their sub-steps together: the same data
+    (the executor is the same), and envs sharing one physics world advance it once per sub-step.
+    """
+    first = envs[0]
+    same = (ActionChunk, getattr(first, "chunk", None), getattr(first, "gamma", None), getattr(first, "episode_statistics", None))
+    if all(type(env) is ActionChunk and (ActionChunk, env.chunk, env.gamma, env.episode_statistics) == same for env in envs):
+        batch = EnvBatch([env.env for env in envs], owner="ActionChunk")
+        return batch, Executor(batch, chunk=first.chunk, gamma=first.gamma, autoreset=True, episode_statistics=first.episode_statistics)
+    batch = EnvBatch(envs)
+    return batch, Executor(batch, autoreset=True)
 
 
 def wait_for_message(poller: Any, spin_wait: float) -> None:

@@ -62,6 +62,7 @@ class ActionChunk(gym.Wrapper):
     def __init__(self, env: gym.Env, chunk: int, gamma: float | None = None, episode_statistics: bool = False) -> None:
         self.chunk = check_positive_int("chunk", chunk)
         self.gamma = None if gamma is None else check_discount("gamma", gamma)
+        self.episode_statistics = bool(episode_statistics)
         super().__init__(env)
         self.action_space = chunk_space(env.action_space, self.chunk)
         self._batch = EnvBatch([env], owner="ActionChunk")

@@ -1,0 +1,245 @@
+"""ManiSkill's vector-env conventions on a fastenv vector env: scripts written for ManiSkill run unchanged.
+
+ManiSkill's own training scripts build ``ManiSkillVectorEnv(gym.make(env_id, num_envs=N, ...), N,
+ignore_terminations=..., record_metrics=...)`` and read torch tensors on a device, a flat state
+observation, ``infos["final_observation"]`` as the whole batch, ``infos["final_info"]`` with
+``"episode"`` metrics (``success_once``, ``fail_once``, ``return``, ``episode_len``, ``reward``,
+and with ``ignore_terminations`` also ``success_at_end``/``fail_at_end``), and the ``_final_info``
+mask. Replace that construction with ``fastenv.integrations.maniskill.make_vec(...)``: the envs
+then run in fastenv's vector env (N CPU envs in worker processes where ManiSkill's own CPU
+simulation holds one, or the batched GPU env in place) and the script sees ManiSkill's conventions.
+
+Importing this module needs ``pip install "fastenv[maniskill]"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from fastenv._deps import require
+
+torch = require("torch", "maniskill", "PyTorch")
+
+
+def _tensor(value: Any, device: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _tensor(item, device) for key, item in value.items()}
+    return torch.as_tensor(value if hasattr(value, "detach") else np.asarray(value), device=device)
+
+
+def _numpy(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+
+
+class _Limit:
+    """What ManiSkill's ``gym_utils.find_max_episode_steps_value(envs._env)`` reads."""
+
+    def __init__(self, max_episode_steps: int | None) -> None:
+        self.max_episode_steps = max_episode_steps
+        self.spec = None
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        if name == "max_episode_steps":
+            return self.max_episode_steps
+        raise AttributeError(name)
+
+
+class ManiSkillConventions(VectorEnv):
+    """A fastenv vector env of ManiSkill envs, seen the way ManiSkill's ``ManiSkillVectorEnv`` shows them.
+
+    Args:
+        env: the fastenv vector env (``gym.make_vec("fastenv/ManiSkill-v0", ..., chunk=None)``).
+        record_metrics: add ManiSkill's ``episode`` metrics to the infos.
+        ignore_terminations: report no termination (the envs were built not to end on them),
+            and record ``success_at_end``/``fail_at_end``.
+        device: where tensors go (default: CUDA when there is one, else the CPU).
+        max_episode_steps: the episodes' time limit, for ``find_max_episode_steps_value``.
+
+    Example:
+        >>> envs = ManiSkillConventions(gym.make_vec("fastenv/ManiSkill-v0", num_envs=8, chunk=None), record_metrics=True)
+    """
+
+    def __init__(
+        self,
+        env: VectorEnv,
+        *,
+        record_metrics: bool = False,
+        ignore_terminations: bool = False,
+        device: Any = None,
+        max_episode_steps: int | None = None,
+    ) -> None:
+        self.env = env
+        self.num_envs = env.num_envs
+        self.record_metrics, self.ignore_terminations = bool(record_metrics), bool(ignore_terminations)
+        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self._env = _Limit(max_episode_steps)
+        space = env.single_observation_space
+        self._flat = isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["state"]
+        self.single_observation_space = space["state"] if self._flat else space
+        self.single_action_space = env.single_action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {**env.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+        self.render_mode = env.render_mode
+        self.spec = env.spec
+        n = self.num_envs
+        self.success_once = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.fail_once = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.returns = torch.zeros(n, dtype=torch.float32, device=self.device)
+
+    # -- ManiSkill's layout ----------------------------------------------------------------------
+    def _obs(self, obs: Mapping[str, Any]) -> Any:
+        """Flat state as ManiSkill's state mode gives it; else ManiSkill's nested sensor_data."""
+        if self._flat:
+            return _tensor(obs["state"], self.device)
+        out: dict[str, Any] = {}
+        for key, value in obs.items():
+            if key == "state":
+                out["state"] = _tensor(value, self.device)
+            else:
+                cam, texture = key.rsplit("_", 1)
+                out.setdefault("sensor_data", {}).setdefault(cam, {})[texture] = _tensor(value, self.device)
+        return out
+
+    def _info(self, infos: Mapping[str, Any], done: np.ndarray | None = None) -> dict[str, Any]:
+        """Every env's info as batched tensors: the step's own where an episode ended (from final_info)."""
+        out: dict[str, Any] = {}
+        for key, value in infos.items():
+            if key.startswith("_") or key in ("final_obs", "final_observation", "final_info", "env_ids"):
+                continue
+            out[key] = _tensor(value, self.device) if not isinstance(value, Mapping) else self._info(value)
+        if done is not None and "final_info" in infos:
+            final = infos["final_info"]
+            rows = torch.as_tensor(done, device=self.device)
+            for key, value in final.items():
+                if key.startswith("_") or isinstance(value, Mapping):
+                    continue
+                value = _tensor(value, self.device)
+                if key in out and out[key].shape == value.shape:
+                    out[key] = torch.where(rows.reshape(-1, *[1] * (value.ndim - 1)), value, out[key])
+                else:
+                    out[key] = value
+        return out
+
+    def _restart_metrics(self, rows: Any) -> None:
+        self.success_once[rows] = False
+        self.fail_once[rows] = False
+        self.returns[rows] = 0
+
+    # -- Gymnasium API ---------------------------------------------------------------------------
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        options = dict(options or {})
+        rows: Any = slice(None)
+        if "env_idx" in options:  # ManiSkill's partial reset option
+            mask = np.zeros(self.num_envs, dtype=bool)
+            mask[np.asarray(torch.as_tensor(options.pop("env_idx")).cpu())] = True
+            options["reset_mask"], rows = mask, torch.as_tensor(mask, device=self.device)
+        obs, infos = self.env.reset(seed=seed, options=options or None)
+        self._restart_metrics(rows)
+        return self._obs(obs), self._info(infos)
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
+        if hasattr(actions, "detach") and not hasattr(self.env, "sim"):  # CPU workers take numpy
+            actions = _numpy(actions)
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        done_np = _numpy(terminations) | _numpy(truncations)
+        reward = _tensor(rewards, self.device)
+        if "chunk_steps" not in infos:
+            reward = reward.to(torch.float32)  # ManiSkill's dtype: one step's reward is a float32
+        terminations = _tensor(terminations, self.device)
+        truncations = _tensor(truncations, self.device)
+        step_info = self._info(infos, done_np)  # what the step itself reported, for every env
+        episode: dict[str, Any] | None = None
+        if self.record_metrics:
+            episode = {}
+            self.returns += reward
+            if "success" in step_info:
+                self.success_once |= step_info["success"].bool()
+                episode["success_once"] = self.success_once.clone()
+            if "fail" in step_info:
+                self.fail_once |= step_info["fail"].bool()
+                episode["fail_once"] = self.fail_once.clone()
+            episode["return"] = self.returns.clone()
+            episode["episode_len"] = step_info["elapsed_steps"].to(torch.int32).clone()
+            episode["reward"] = episode["return"] / episode["episode_len"]
+            if self.ignore_terminations:
+                for key in ("success", "fail"):
+                    if key in step_info:
+                        episode[f"{key}_at_end"] = step_info[key].clone()
+        if self.ignore_terminations:
+            terminations = torch.zeros_like(terminations)
+        done = torch.as_tensor(done_np, device=self.device)
+        if not done_np.any():
+            out = step_info
+            if episode is not None:
+                out["episode"] = episode
+            return self._obs(obs), reward, terminations, truncations, out
+        # ManiSkill's layout: the whole batch's step observation and info, a mask of the ended.
+        final_obs = _clone(self._obs(obs))  # a copy: the ended rows are overwritten below
+        finals = infos["final_obs"]
+        for i in np.flatnonzero(done_np).tolist():
+            _put_row(final_obs, i, self._obs({key: _numpy(value)[None] for key, value in finals[i].items()}))
+        final_info = dict(step_info)
+        if episode is not None:
+            final_info["episode"] = episode
+        self._restart_metrics(done)
+        out = self._info(infos)  # after the reset: every env's current info
+        out.update(final_observation=final_obs, final_info=final_info, _final_info=done, _final_observation=done, _elapsed_steps=done)
+        return self._obs(obs), reward, terminations, truncations, out
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.env.close()
+
+
+def _clone(batch: Any) -> Any:
+    return {key: _clone(sub) for key, sub in batch.items()} if isinstance(batch, dict) else batch.clone()
+
+
+def _put_row(batch: Any, i: int, row: Any) -> None:
+    if isinstance(batch, dict):
+        for key, sub in batch.items():
+            _put_row(sub, i, row[key])
+    else:
+        batch[i] = row[0]
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int,
+    *,
+    obs_mode: str = "state",
+    ignore_terminations: bool = False,
+    record_metrics: bool = False,
+    device: Any = None,
+    **options: Any,
+) -> ManiSkillConventions:
+    """What ``ManiSkillVectorEnv(gym.make(env_id, num_envs=N, obs_mode=...), N, ignore_terminations=...,
+    record_metrics=...)`` builds, run by fastenv (one action per step, as ManiSkill's scripts send).
+
+    ``options`` go to ``gym.make_vec("fastenv/ManiSkill-v0", ...)`` (ManiSkill's env arguments,
+    ``num_workers``, ...). A ``sim_backend="physx_cuda"`` (ManiSkill's scripts ask for it) runs on
+    fastenv's CPU workers on a machine without CUDA.
+
+    Example:
+        >>> envs = make_vec("PickCube-v1", 8, ignore_terminations=True, record_metrics=True, num_workers=2)
+    """
+    from fastenv.backends.maniskill import _maniskill
+
+    if "cuda" in str(options.get("sim_backend", "")) and not torch.cuda.is_available():
+        del options["sim_backend"]  # ManiSkill's scripts ask for the GPU: without one, CPU workers do
+    envs = gym.make_vec(
+        "fastenv/ManiSkill-v0", num_envs=num_envs, env_id=env_id, chunk=None, modalities=None, obs_mode=obs_mode,
+        ignore_terminations=ignore_terminations, **options,
+    )
+    limit = options.get("max_episode_steps") or _maniskill()[env_id].max_episode_steps
+    return ManiSkillConventions(
+        envs, record_metrics=record_metrics, ignore_terminations=ignore_terminations, device=device, max_episode_steps=limit
+    )
+
+
+__all__ = ["ManiSkillConventions", "make_vec"]
