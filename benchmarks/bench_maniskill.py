@@ -1,0 +1,217 @@
+"""ManiSkill3 on this machine's CPU: stock ManiSkill vs fastenv, one env and a vector of envs.
+
+Tasks: PickCube-v1 with state observations, and with one rgb camera at 64 and 128 px. One env:
+ManiSkill's own env stepped one action at a time (an observation every step) against fastenv's
+CPU env with chunks of 1, 8 and 32 (one observation per chunk). A vector of envs (ManiSkill's
+CPU simulation holds one env per process): Gymnasium's AsyncVectorEnv over the stock env against
+fastenv's vector env (its workers) with chunks of 1 and 8. Configurations are timed in
+interleaved rounds; ratios are medians of per-round ratios. Writes JSON to --out.
+
+    python benchmarks/bench_maniskill.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import machine, print_table, write_json  # noqa: E402
+
+TASKS = {  # name: (obs_mode, fastenv keys, camera side)
+    "state": ("state", ["state"], None),
+    "rgb 64 px": ("rgb", ["base_camera_rgb"], 64),
+    "rgb 128 px": ("rgb", ["base_camera_rgb"], 128),
+}
+
+
+class StockNumpy(gym.Wrapper):
+    """ManiSkill's own CPU env for Gymnasium's AsyncVectorEnv: its batch of one as numpy (no other change)."""
+
+    def __init__(self, env: gym.Env, keys: list[str]) -> None:
+        super().__init__(env)
+        self.keys = keys
+        self.action_space = env.unwrapped.single_action_space
+        self.observation_space = gym.spaces.Dict(
+            {
+                k: gym.spaces.Box(0, 255, v.shape, v.dtype) if v.dtype == np.uint8 else gym.spaces.Box(-np.inf, np.inf, v.shape, v.dtype)
+                for k, v in self._numpy(env.reset(seed=0)[0]).items()
+            }
+        )
+
+    def _numpy(self, raw: Any) -> dict[str, np.ndarray]:
+        out = {}
+        for key in self.keys:
+            value = raw if key == "state" and not isinstance(raw, dict) else (
+                raw["state"] if key == "state" else raw["sensor_data"]["base_camera"]["rgb"]
+            )
+            out[key] = value[0].numpy()
+        return out
+
+    def reset(self, **kwargs: Any):
+        raw, info = self.env.reset(**kwargs)
+        return self._numpy(raw), {}
+
+    def step(self, action: Any):
+        raw, reward, terminated, truncated, info = self.env.step(action)
+        return self._numpy(raw), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+
+def stock_env(obs_mode: str, size: int | None, numpy_keys: list[str] | None = None) -> gym.Env:
+    from fastenv.backends.maniskill import configure_vulkan
+
+    configure_vulkan()
+    import mani_skill.envs  # noqa: F401
+
+    kwargs = {} if size is None else {"sensor_configs": dict(width=size, height=size)}
+    env = gym.make("PickCube-v1", obs_mode=obs_mode, sim_backend="physx_cpu", **kwargs)
+    return env if numpy_keys is None else StockNumpy(env, numpy_keys)
+
+
+def run_single(env: gym.Env, actions: np.ndarray, chunk: int | None) -> float:
+    """ms per simulator step over ``actions`` (resetting where an episode ends)."""
+    start = time.perf_counter()
+    if chunk is None:
+        for a in actions:
+            _, _, term, trunc, _ = env.step(a)
+            if bool(np.asarray(term).any() or np.asarray(trunc).any()):
+                env.reset()
+        steps = len(actions)
+    else:
+        blocks = len(actions) // chunk
+        for i in range(blocks):
+            _, _, term, trunc, _ = env.step(actions[i * chunk : (i + 1) * chunk])
+            if term or trunc:
+                env.reset()
+        steps = blocks * chunk
+    return (time.perf_counter() - start) * 1000.0 / steps
+
+
+def run_vector(envs: Any, actions: np.ndarray, chunk: int | None) -> float:
+    """env-steps per second over ``actions`` (T, N, act): autoreset, so no resets by hand."""
+    n = envs.num_envs
+    start = time.perf_counter()
+    if chunk is None:
+        for a in actions:
+            envs.step(a)
+        steps = len(actions) * n
+    else:
+        blocks = len(actions) // chunk
+        for i in range(blocks):
+            envs.step(np.swapaxes(actions[i * chunk : (i + 1) * chunk], 0, 1))
+        steps = blocks * chunk * n
+    return steps / (time.perf_counter() - start)
+
+
+def ratio_rows(samples: dict[str, list[float]], base: str, higher_is_better: bool) -> dict[str, float]:
+    """Median over rounds of each config's ratio to ``base`` (how many times faster)."""
+    out = {}
+    for name, values in samples.items():
+        ratios = [(v / b) if higher_is_better else (b / v) for v, b in zip(values, samples[base])]
+        out[name] = statistics.median(ratios)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=64, help="simulator steps per config per round (one env)")
+    parser.add_argument("--vector-steps", type=int, default=32, help="simulator steps per env per round (vector)")
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"of {list(TASKS)}")
+    parser.add_argument("--out", default="results/bench_maniskill.json")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.tasks) - set(TASKS))
+    if unknown:
+        parser.error(f"unknown task(s) {unknown}; choose from {list(TASKS)}")
+
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+    from fastenv.backends.maniskill import make_cpu_env
+
+    rng = np.random.default_rng(0)
+    payload: dict[str, Any] = {"benchmark": "maniskill_cpu", "rounds": args.rounds, "single": {}, "vector": {}}
+
+    # -- one env ---------------------------------------------------------------------------------
+    print("== one env ==", flush=True)
+    singles: dict[str, tuple[gym.Env, int | None]] = {}
+    for task in args.tasks:
+        obs_mode, keys, size = TASKS[task]
+        singles[f"{task} | stock"] = (stock_env(obs_mode, size), None)
+        for k in (1, 8, 32):
+            singles[f"{task} | fastenv chunk {k}"] = (make_cpu_env("PickCube-v1", modalities=keys, chunk=k, camera_size=size), k)
+    for env, _ in singles.values():
+        env.reset(seed=0)
+    actions = rng.uniform(-1, 1, (args.steps, 8)).astype(np.float32)
+    samples: dict[str, list[float]] = {name: [] for name in singles}
+    for name, (env, k) in singles.items():  # warm-up
+        run_single(env, actions, k)
+    for r in range(args.rounds):
+        for name, (env, k) in singles.items():
+            samples[name].append(run_single(env, actions, k))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1]:.2f}" for n, v in samples.items()), flush=True)
+    rows = []
+    for task in args.tasks:
+        task_samples = {n: v for n, v in samples.items() if n.startswith(task + " |")}
+        ratios = ratio_rows(task_samples, f"{task} | stock", higher_is_better=False)
+        for name, values in task_samples.items():
+            rows.append({"config": name, "ms_per_step": statistics.median(values), "x_stock": ratios[name], "samples_ms": values})
+    print()
+    print_table(rows, [("config", "one env (PickCube-v1, CPU)", "s"), ("ms_per_step", "ms/env step", ".2f"), ("x_stock", "x stock", ".2f")])
+    payload["single"] = rows
+    for env, _ in singles.values():
+        env.close()
+
+    # -- a vector of envs ------------------------------------------------------------------------
+    print(f"\n== {args.num_envs} envs ==", flush=True)
+    vectors: dict[str, tuple[Any, int | None]] = {}
+    for task in [t for t in args.tasks if t != "rgb 128 px"]:
+        obs_mode, keys, size = TASKS[task]
+        fn = functools.partial(stock_env, obs_mode, size, keys)
+        vectors[f"{task} | stock, AsyncVectorEnv"] = (
+            AsyncVectorEnv([fn] * args.num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn"), None
+        )
+        for k in (1, 8):
+            vectors[f"{task} | fastenv chunk {k}"] = (
+                gym.make_vec("fastenv/ManiSkill-v0", num_envs=args.num_envs, num_workers=args.workers, env_id="PickCube-v1",
+                             chunk=k, modalities=keys, camera_size=size),
+                k,
+            )
+    for envs, _ in vectors.values():
+        envs.reset(seed=0)
+    vactions = rng.uniform(-1, 1, (args.vector_steps, args.num_envs, 8)).astype(np.float32)
+    vsamples: dict[str, list[float]] = {name: [] for name in vectors}
+    for name, (envs, k) in vectors.items():  # warm-up
+        run_vector(envs, vactions, k)
+    for r in range(args.rounds):
+        for name, (envs, k) in vectors.items():
+            vsamples[name].append(run_vector(envs, vactions, k))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in vsamples.items()), flush=True)
+    vrows = []
+    for task in {name.split(" |")[0]: None for name in vectors}:
+        task_samples = {n: v for n, v in vsamples.items() if n.startswith(task + " |")}
+        ratios = ratio_rows(task_samples, f"{task} | stock, AsyncVectorEnv", higher_is_better=True)
+        for name, values in task_samples.items():
+            vrows.append({"config": name, "env_steps_per_s": statistics.median(values), "x_stock": ratios[name], "samples": values})
+    print()
+    print_table(vrows, [("config", f"{args.num_envs} envs ({args.workers} fastenv workers)", "s"), ("env_steps_per_s", "env-steps/s", ".0f"), ("x_stock", "x stock", ".2f")])
+    payload["vector"] = vrows
+    for envs, _ in vectors.values():
+        envs.close()
+
+    payload["machine"] = machine()
+    print(f"\nwrote {write_json(args.out, payload)}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
