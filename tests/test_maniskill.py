@@ -193,3 +193,16 @@ def test_an_env_whose_episode_ended_holds_its_targets_for_the_rest_of_the_chunk(
     assert len(env.physics_targets) == 6
     for targets in env.physics_targets:  # env 0 held its last target through the chunk, never 0
         torch.testing.assert_close(targets, torch.full((4, 3), env.STEP))
+
+
+def test_a_batched_env_someone_built_is_driven_in_place():
+    from fastenv.backends.maniskill import adopt
+
+    env = FakeManiSkillEnv(num_envs=4)
+    envs = adopt(env, chunk=2, modalities=["state"], gamma=None, render_mode="keep")
+    assert isinstance(envs, ManiSkillVectorEnv) and envs.num_envs == 4
+    envs.reset(seed=0)
+    obs, reward, *_ = envs.step(torch.zeros(4, 2, 3))
+    assert obs["state"].shape == (4, 4) and reward.shape == (4,)
+    with pytest.raises(ValueError, match="for batched ManiSkill envs wrap\\(\\) takes chunk, modalities, gamma and render_mode"):
+        adopt(FakeManiSkillEnv(num_envs=4), flatten=True)

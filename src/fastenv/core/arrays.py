@@ -76,51 +76,40 @@ class TorchOps:
 NUMPY = NumpyOps()
 
 
+def tree_map(fn: Any, tree: Any, *others: Any) -> Any:
+    """``fn`` on every leaf of a batched structure (dicts and tuples of leaves), with the matching
+    leaves of ``others``; the result has the same structure."""
+    if isinstance(tree, dict):
+        return {key: tree_map(fn, sub, *(o[key] for o in others)) for key, sub in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(tree_map(fn, sub, *(o[i] for o in others)) for i, sub in enumerate(tree))
+    return fn(tree, *others)
+
+
+def _copy(value: Any) -> Any:
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
 def take_rows(batch: Any, rows: Any) -> Any:
-    """A copy of ``rows`` (a slice or an index array) of a batched structure."""
-    if isinstance(batch, dict):
-        return {key: take_rows(sub, rows) for key, sub in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(take_rows(sub, rows) for sub in batch)
-    out = batch[rows]
-    return out.copy() if isinstance(rows, slice) and isinstance(out, np.ndarray) else out
+    """A copy of ``rows`` (a slice or an index array) of a batched structure (tensors: a view for a slice)."""
+    return tree_map(lambda x: _copy(x[rows]) if isinstance(rows, slice) else x[rows], batch)
 
 
 def put_rows(batch: Any, rows: Any, value: Any) -> None:
     """Write ``value`` into ``rows`` (a slice, an index array, or one row) of a batched structure."""
-    if isinstance(batch, dict):
-        for key, sub in batch.items():
-            put_rows(sub, rows, value[key])
-    elif isinstance(batch, tuple):
-        for sub, item in zip(batch, value):
-            put_rows(sub, rows, item)
-    else:
-        batch[rows] = value
+    tree_map(lambda x, v: x.__setitem__(rows, v), batch, value)
 
 
 def get_row(batch: Any, row: int) -> Any:
     """A copy of one env's value (numpy arrays are copied, tensors are views)."""
-    if isinstance(batch, dict):
-        return {key: get_row(sub, row) for key, sub in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(get_row(sub, row) for sub in batch)
-    value = batch[row]
-    return value.copy() if isinstance(value, np.ndarray) else value
+    return tree_map(lambda x: _copy(x[row]), batch)
 
 
 def view_row(batch: Any, row: int) -> Any:
     """One env's value without copying (to hand an action row to an env)."""
-    if isinstance(batch, dict):
-        return {key: view_row(sub, row) for key, sub in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(view_row(sub, row) for sub in batch)
-    return batch[row]
+    return tree_map(lambda x: x[row], batch)
 
 
 def alloc_rows(like: Any, rows: int, ops: Any) -> Any:
     """Zeros shaped as the batched structure ``like`` but with ``rows`` rows."""
-    if isinstance(like, dict):
-        return {key: alloc_rows(sub, rows, ops) for key, sub in like.items()}
-    if isinstance(like, tuple):
-        return tuple(alloc_rows(sub, rows, ops) for sub in like)
-    return ops.full_like_rows(like, rows)
+    return tree_map(lambda x: ops.full_like_rows(x, rows), like)

@@ -22,14 +22,13 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._deps import require
+from fastenv.core.arrays import put_rows, tree_map
 
 torch = require("torch", "maniskill", "PyTorch")
 
 
 def _tensor(value: Any, device: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _tensor(item, device) for key, item in value.items()}
-    return torch.as_tensor(value if hasattr(value, "detach") else np.asarray(value), device=device)
+    return tree_map(lambda x: torch.as_tensor(x if hasattr(x, "detach") else np.asarray(x), device=device), value)
 
 
 def _numpy(value: Any) -> np.ndarray:
@@ -180,10 +179,10 @@ class ManiSkillConventions(VectorEnv):
                 out["episode"] = episode
             return self._obs(obs), reward, terminations, truncations, out
         # ManiSkill's layout: the whole batch's step observation and info, a mask of the ended.
-        final_obs = _clone(self._obs(obs))  # a copy: the ended rows are overwritten below
+        final_obs = tree_map(lambda x: x.clone(), self._obs(obs))  # a copy: the ended rows are overwritten below
         finals = infos["final_obs"]
         for i in np.flatnonzero(done_np).tolist():
-            _put_row(final_obs, i, self._obs({key: _numpy(value)[None] for key, value in finals[i].items()}))
+            put_rows(final_obs, slice(i, i + 1), self._obs({key: _numpy(value)[None] for key, value in finals[i].items()}))
         final_info = dict(step_info)
         if episode is not None:
             final_info["episode"] = episode
@@ -194,18 +193,6 @@ class ManiSkillConventions(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.env.close()
-
-
-def _clone(batch: Any) -> Any:
-    return {key: _clone(sub) for key, sub in batch.items()} if isinstance(batch, dict) else batch.clone()
-
-
-def _put_row(batch: Any, i: int, row: Any) -> None:
-    if isinstance(batch, dict):
-        for key, sub in batch.items():
-            _put_row(sub, i, row[key])
-    else:
-        batch[i] = row[0]
 
 
 def make_vec(
