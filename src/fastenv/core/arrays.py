@@ -92,22 +92,31 @@ def _copy(value: Any) -> Any:
 
 def take_rows(batch: Any, rows: Any) -> Any:
     """A copy of ``rows`` (a slice or an index array) of a batched structure (tensors: a view for a slice)."""
-    return tree_map(lambda x: _copy(x[rows]) if isinstance(rows, slice) else x[rows], batch)
+    if isinstance(batch, (dict, tuple)):
+        return tree_map(lambda x: take_rows(x, rows), batch)
+    return _copy(batch[rows]) if isinstance(rows, slice) else batch[rows]
 
 
 def put_rows(batch: Any, rows: Any, value: Any) -> None:
     """Write ``value`` into ``rows`` (a slice, an index array, or one row) of a batched structure."""
-    tree_map(lambda x, v: x.__setitem__(rows, v), batch, value)
+    if isinstance(batch, (dict, tuple)):
+        tree_map(lambda x, v: put_rows(x, rows, v), batch, value)
+    else:  # the hot path (a worker writes every env's observation): no function per leaf
+        batch[rows] = value
 
 
 def get_row(batch: Any, row: int) -> Any:
     """A copy of one env's value (numpy arrays are copied, tensors are views)."""
-    return tree_map(lambda x: _copy(x[row]), batch)
+    if isinstance(batch, (dict, tuple)):
+        return tree_map(lambda x: get_row(x, row), batch)
+    return _copy(batch[row])
 
 
 def view_row(batch: Any, row: int) -> Any:
     """One env's value without copying (to hand an action row to an env)."""
-    return tree_map(lambda x: x[row], batch)
+    if isinstance(batch, (dict, tuple)):
+        return tree_map(lambda x: x[row], batch)
+    return batch[row]
 
 
 def alloc_rows(like: Any, rows: int, ops: Any) -> Any:
