@@ -29,7 +29,7 @@ def test_defaults_build_a_headless_rgb_and_proprio_rollout():
         "activity_definition_id": 0,
         "activity_instance_id": 0,
         "online_object_sampling": False,
-        "termination_config": {"max_steps": 500},
+        "termination_config": {"max_steps": 499},  # OmniGibson ends at episode_steps >= max_steps
         "include_obs": False,
     }
     assert config["scene"]["scene_model"] == "house_single_floor" and config["scene"]["include_robots"] is False
@@ -60,7 +60,7 @@ def test_options_and_extra_config_merge():
     assert config["env"]["device"] == "cuda:0" and config["env"]["rendering_frequency"] == 20
     assert config["robots"][0]["type"] == "Fetch"
     assert config["robots"][0]["sensor_config"]["VisionSensor"]["sensor_kwargs"] == {"image_height": 96, "image_width": 64}
-    assert config["task"]["termination_config"] == {"max_steps": 900}
+    assert config["task"]["termination_config"] == {"max_steps": 899}  # 900 actions
     assert out["macros"]["ENABLE_TRANSITION_RULES"] is True
 
 

@@ -19,6 +19,9 @@ How a headless rollout is built:
 - Isaac/carb thread pools are capped through ``SimulationApp``'s ``limit_cpu_threads`` (Kit
   reads them at start-up; OmniGibson discards command-line flags).
 
+Without OmniGibson here, the adapter is tested against ``tests/standins/omnigibson``, a stand-in
+written from the same source (its stock loop is the reference).
+
 Resets: this OmniGibson line holds one scene per ``Environment`` and resets whole envs, so a
 fastenv vector env resets exactly the envs that ended (a partial reset across envs); one env
 has no finer reset. Several envs in one worker process share OmniGibson's simulator, built the
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,7 +143,9 @@ def omnigibson_settings(settings: BehaviorSettings) -> dict[str, Any]:
             "activity_definition_id": settings.activity_definition_id,
             "activity_instance_id": settings.activity_instance_id,
             "online_object_sampling": False,
-            "termination_config": {"max_steps": settings.max_episode_steps},
+            # OmniGibson's Timeout is done once episode_steps >= max_steps, and episode_steps counts
+            # the steps before the current one: max_steps = M - 1 ends episodes after M actions.
+            "termination_config": {"max_steps": settings.max_episode_steps - 1},
             "include_obs": False,
         },
     }
@@ -221,13 +227,17 @@ class BehaviorAdapter:
         self._og = _omnigibson(self._og_settings)
         self.env = _create_environment(self._og, copy.deepcopy(self._og_settings["config"]))
         self.action_space = self.env.action_space
-        self._full_space = self.env.observation_space
+        self._full_space = spaces.Dict({k: _numpy_space(s) for k, s in self.env.observation_space.spaces.items()})
         self.keys: tuple[str, ...] = tuple(self._full_space.spaces)
         self.observation_space = self._full_space
+        self.base_physics_dt = float(self._og.sim.get_physics_dt())
+        # physics steps per render (= per action: headless renders once per action step)
+        self._physics_per_action = settings.physics_frequency // settings.action_frequency
         sim = self._og.sim
-        self.base_physics_dt = float(sim.get_physics_dt()) if hasattr(sim, "get_physics_dt") else 1.0 / settings.physics_frequency
-        self._action_dt = 1.0 / settings.action_frequency
-        self._rendering_dt = 1.0 / settings.action_frequency
+        if not (sim.get_rendering_dt() / sim.get_physics_dt()).is_integer():
+            # OmniGibson steps without rendering only where this ratio is an exact integer
+            # (e.g. 20 Hz actions over 140 Hz physics is not, in floating point)
+            self.set_physics_dt(self.base_physics_dt)
 
     # -- keys ------------------------------------------------------------------------------------
     def available_keys(self) -> tuple[str, ...]:
@@ -249,11 +259,15 @@ class BehaviorAdapter:
 
     # -- physics time ----------------------------------------------------------------------------
     def set_physics_dt(self, dt: float) -> None:
-        """Scale the whole step (physics, rendering, action) so physics steps are ``dt`` long."""
-        scale = dt / self.base_physics_dt
-        self._og.sim.set_simulation_dt(
-            physics_dt=dt, rendering_dt=self._rendering_dt * scale, sim_step_dt=self._action_dt * scale
-        )
+        """Scale the whole step (physics, rendering, action) so physics steps are ``dt`` long.
+
+        The rendering and action steps are the same whole number of physics steps, and the
+        physics step is the float nearest ``dt`` for which OmniGibson's ratio
+        ``rendering_dt / physics_dt`` is exactly that number (it asserts so when it steps
+        without rendering; ``dt * n / dt`` is not always ``n`` in floating point).
+        """
+        physics_dt, step_dt = exact_steps(dt, self._physics_per_action)
+        self._og.sim.set_simulation_dt(physics_dt=physics_dt, rendering_dt=step_dt, sim_step_dt=step_dt)
 
     # -- episode ---------------------------------------------------------------------------------
     def _obs(self) -> dict[str, Any]:
@@ -261,18 +275,24 @@ class BehaviorAdapter:
         return {key: _to_numpy(obs[key]) for key in self.keys}
 
     def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
+        """OmniGibson's ``Environment.reset()``: reset the task, step the world once, observe.
+
+        The world step is OmniGibson's own (its reset steps the simulator so that observations
+        show the reset state); it advances every env of the process's world, as OmniGibson's
+        ``VectorEnvironment.reset`` does.
+        """
         if options:
             raise ValueError(f"unknown reset option(s) {sorted(options)}; BEHAVIOR takes none")
         self.env.reset(get_obs=False)
-        self._og.sim.render()  # camera buffers lag the state by a render
-        return self._obs(), {"task": self.settings.task}
+        self.advance_world()
+        return self.observe(), {"task": self.settings.task}
 
     # A sub-step is Environment.step without get_obs, split in three so that the envs of one
     # process, which share og.sim's world, advance it once per sub-step together.
     def set_action(self, action: Any) -> None:
         """This env's action: split over its robots and applied (their controllers keep it)."""
-        self._action = action
-        self.env._pre_step(action)
+        self._action = self.env._convert_action_to_tensor(action)  # what OmniGibson's step hands the task
+        self.env._pre_step(self._action)
 
     def advance_world(self) -> None:
         """One physics step of the process's world, for every env in it, without rendering."""
@@ -308,9 +328,9 @@ class BehaviorAdapter:
 
     def close(self) -> None:
         if self.env is not None:
-            close = getattr(self.env, "close", None)
-            if close is not None:
-                close()
+            self.env.close()
+            if self.env in _PROCESS_ENVS:
+                _PROCESS_ENVS.remove(self.env)
             self.env = None
 
 
@@ -338,17 +358,46 @@ def _create_environment(og: Any, config: dict[str, Any]) -> Any:
 
 
 def split_done(done: bool, info: Mapping[str, Any]) -> tuple[bool, bool, Info]:
-    """(terminated, truncated, info) from a BEHAVIOR task's ``done``, as OmniGibson splits it.
+    """(terminated, truncated, info) from a BEHAVIOR task's ``done``, as OmniGibson's step splits it.
 
-    The ``timeout`` termination condition is a truncation; any other condition that fired
-    (the BDDL goal, a failure) terminates.
+    The ``timeout`` termination condition that fired is a truncation, any other (the BDDL goal,
+    a failure) a termination; both can fire on one step. A ``done`` without conditions terminates.
     """
     status = info.get("done", {})
     conditions = status.get("termination_conditions", {})
-    terminated = done and any(c.get("done", False) for name, c in conditions.items() if name != "timeout")
+    truncated = bool(conditions.get("timeout", {}).get("done", False))
+    terminated = any(bool(c.get("done", False)) for name, c in conditions.items() if name != "timeout")
     if done and not conditions:
         terminated = True
-    return terminated, done and not terminated, {"success": bool(status.get("success", False))}
+    if (terminated or truncated) != done:
+        raise RuntimeError(f"BEHAVIOR's task reported done={done} but its termination conditions say {conditions}")
+    return terminated, truncated, {"success": bool(status.get("success", False))}
+
+
+def exact_steps(dt: float, n: int) -> tuple[float, float]:
+    """(physics_dt, step_dt): a physics step nearest ``dt`` and ``step_dt = n * physics_dt``
+    such that ``step_dt / physics_dt`` is exactly ``n`` in floating point.
+
+    Example:
+        >>> physics_dt, step_dt = exact_steps(1 / 60 / 7, 4)
+        >>> step_dt / physics_dt
+        4.0
+    """
+    below = above = dt
+    for _ in range(256):
+        for candidate in (below, above):
+            step_dt = candidate * n
+            if step_dt / candidate == n:
+                return candidate, step_dt
+        below, above = math.nextafter(below, 0.0), math.nextafter(above, math.inf)
+    raise ValueError(f"no float physics step near {dt!r} makes {n} of them an exact step")
+
+
+def _numpy_space(space: spaces.Space) -> spaces.Space:
+    """A space as fastenv returns its values: RGB without Replicator's alpha channel."""
+    if isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3 and space.shape[-1] == 4:
+        return spaces.Box(0, 255, (*space.shape[:2], 3), np.uint8)
+    return space
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -407,5 +456,5 @@ def make_env(
 
 def _make_single(*, settings: BehaviorSettings, chunk: int | None, gamma: float | None, render_mode: str | None) -> Any:
     adapter = BehaviorAdapter(settings, render_mode=render_mode)
-    env = SimEnv(adapter, max_episode_steps=settings.max_episode_steps)
+    env = SimEnv(adapter)  # the task's own Timeout truncates (see omnigibson_settings)
     return wrap(env, chunk=chunk, render_mode=render_mode, gamma=gamma)
