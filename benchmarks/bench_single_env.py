@@ -1,7 +1,11 @@
-"""Single LIBERO env: stock -> +slim -> +skip-obs (chunk 8, 32), with the physics floor.
+"""Single LIBERO env: stock -> +slim -> +skip-obs (chunk 8, 32), with the physics floor; resets
+and the physics-only sub-step against what they cost in stock robosuite and raw MuJoCo.
 
 All configurations are built in one process and timed in interleaved rounds, so the ratios are
-measured side by side. Writes JSON (medians, ratios) to --out.
+measured side by side. Resets: LIBERO's own hard reset (the model and its render context rebuilt)
+against fastenv's in-place reset, both followed by the same init state. Sub-step: robosuite's
+control loop (25 physics steps with the controller) against fastenv's, and against the 25 raw
+``mujoco.mj_step`` calls inside it. Writes JSON (medians, spreads, ratios) to --out.
 
     python benchmarks/bench_single_env.py --rounds 5
 """
@@ -28,6 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--steps", type=int, default=64, help="env steps per config per round")
     parser.add_argument("--chunks", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--resets", type=int, default=3, help="resets per config per round")
     parser.add_argument("--out", default="results/bench_single_env.json")
     args = parser.parse_args(argv)
 
@@ -47,7 +52,10 @@ def main(argv: list[str] | None = None) -> dict:
     rng = np.random.default_rng(0)
     actions = rng.uniform(-1, 1, (args.steps, 7)).astype(np.float32)
 
+    from fastenv.backends.libero import _make_gl_current
+
     def reset_all():
+        _make_gl_current(stock.env)  # robosuite renders into (and frees from) the current GL context
         stock.reset()
         stock.set_init_state(task.init_states[0])
         for env in configs.values():
@@ -59,6 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
         env = configs[name]
         start = time.perf_counter()
         if env is None:
+            _make_gl_current(stock.env)
             for a in actions:
                 stock.step(a)
         elif name == "slim":
@@ -84,6 +93,50 @@ def main(argv: list[str] | None = None) -> dict:
         t2 = time.perf_counter()
         return (t1 - t0) * 1000.0 / len(actions), (t2 - t1) * 1000.0 / 8
 
+    # Resets: the stock env's hard reset against fastenv's in-place one (same init states).
+    import mujoco
+
+    hard = make_env(args.suite, args.task_id, chunk=None, camera_size=size, hard_reset=True).unwrapped
+    fast = configs["slim"].unwrapped
+
+    def time_resets() -> dict[str, float]:
+        out = {}
+        _make_gl_current(stock.env)
+        t0 = time.perf_counter()
+        for i in range(args.resets):
+            stock.reset()
+            stock.set_init_state(task.init_states[i])
+        out["reset: LIBERO's own (hard)"] = (time.perf_counter() - t0) / args.resets
+        for name, env in (("reset: fastenv hard_reset=True", hard), ("reset: fastenv in place", fast)):
+            t0 = time.perf_counter()
+            for i in range(args.resets):
+                env.reset(options={"init_state_id": i})
+            out[name] = (time.perf_counter() - t0) / args.resets
+        return out
+
+    # Sub-step: robosuite's loop, fastenv's, and the raw mj_step calls of the same physics.
+    adapter = fast.adapter
+
+    def time_substeps() -> dict[str, float]:
+        out = {}
+        for name, flag in (("sub-step: robosuite's loop", False), ("sub-step: fastenv's loop", True)):
+            adapter.fast_substep = flag
+            t0 = time.perf_counter()
+            for a in actions:
+                adapter.substep(a)
+            out[name] = (time.perf_counter() - t0) * 1000.0 / len(actions)
+        adapter.fast_substep = True
+        model, data = adapter._raw.sim.model._model, adapter._raw.sim.data._data
+        n = adapter._n_substeps
+        t0 = time.perf_counter()
+        for _ in range(len(actions) * n):
+            mujoco.mj_step(model, data)
+        out[f"sub-step: {n} raw mj_step"] = (time.perf_counter() - t0) * 1000.0 / len(actions)
+        return out
+
+    reset_samples: dict[str, list[float]] = {}
+    substep_samples: dict[str, list[float]] = {}
+
     samples: dict[str, list[float]] = {name: [] for name in configs}
     sub, render = [], []
     reset_all()
@@ -97,6 +150,11 @@ def main(argv: list[str] | None = None) -> dict:
         s, o = floor_parts()
         sub.append(s)
         render.append(o)
+        for name, value in time_resets().items():
+            reset_samples.setdefault(name, []).append(value)
+        reset_all()
+        for name, value in time_substeps().items():
+            substep_samples.setdefault(name, []).append(value)
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {samples[n][-1]:.1f}" for n in configs), flush=True)
 
     substep_ms, render_ms = statistics.median(sub), statistics.median(render)
@@ -129,6 +187,30 @@ def main(argv: list[str] | None = None) -> dict:
         ],
     )
     print(f"\nphysics-only sub-step: {substep_ms:.2f} ms; one slim observation (1 camera + proprio): {render_ms:.2f} ms")
+
+    def spread(values: list[float]) -> float:
+        return max(values) - min(values)
+
+    stock_reset_s = reset_samples["reset: LIBERO's own (hard)"]
+    reset_rows = [
+        {"config": name, "s_per_reset": statistics.median(v), "spread_s": spread(v),
+         "x_stock": statistics.median([a / b for a, b in zip(stock_reset_s, v)]), "samples_s": v}
+        for name, v in reset_samples.items()
+    ]
+    raw_name = next(n for n in substep_samples if "raw" in n)
+    robosuite_ms = substep_samples["sub-step: robosuite's loop"]
+    substep_rows = [
+        {"config": name, "ms": statistics.median(v), "spread_ms": spread(v),
+         "x_robosuite": statistics.median([a / b for a, b in zip(robosuite_ms, v)]),
+         "x_raw_mj_step": statistics.median([b / a for a, b in zip(substep_samples[raw_name], v)]), "samples_ms": v}
+        for name, v in substep_samples.items()
+    ]
+    print()
+    print_table(reset_rows, [("config", "reset (then an init state)", "s"), ("s_per_reset", "s/reset", ".3f"),
+                             ("spread_s", "spread", ".3f"), ("x_stock", "x faster than LIBERO's", ".1f")])
+    print()
+    print_table(substep_rows, [("config", "physics-only sub-step", "s"), ("ms", "ms", ".2f"), ("spread_ms", "spread", ".2f"),
+                               ("x_robosuite", "x faster than robosuite's", ".2f"), ("x_raw_mj_step", "x raw mj_step time", ".2f")])
     payload = {
         "benchmark": "single_env",
         "suite": args.suite,
@@ -139,10 +221,14 @@ def main(argv: list[str] | None = None) -> dict:
         "substep_ms": substep_ms,
         "observe_ms": render_ms,
         "results": rows,
+        "resets": reset_rows,
+        "substeps": substep_rows,
         "machine": machine(),
     }
     path = write_json(args.out, payload)
     print(f"wrote {path}")
+    hard.close()
+    _make_gl_current(stock.env)
     stock.close()
     for env in configs.values():
         if env is not None:

