@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -286,3 +287,38 @@ def make_chunked_fake(chunk: int = 3, gamma: float | None = 0.5, terminate_at: i
     from fastenv import SimEnv
 
     return fastenv.wrap(SimEnv(FakeAdapter(terminate_at=terminate_at, truncate_at=truncate_at)), chunk=chunk, gamma=gamma)
+
+
+class SleepyAdapter(FakeAdapter):
+    """FakeAdapter whose calls take known time: a sub-step 2 ms, an observation 5 ms, a reset 20 ms.
+
+    A plain step costs a sub-step and an observation (7 ms). Episodes truncate after ``length``.
+    """
+
+    SUBSTEP, OBSERVE, RESET = 0.002, 0.005, 0.020
+
+    def __init__(self, length: int = 6) -> None:
+        super().__init__(truncate_at=length)
+
+    def reset(self, *, seed, options, rng):
+        time.sleep(self.RESET)
+        return super().reset(seed=seed, options=options, rng=rng)
+
+    def substep(self, action):
+        time.sleep(self.SUBSTEP)
+        return super().substep(action)
+
+    def observe(self):
+        time.sleep(self.OBSERVE)
+        return super().observe()
+
+    def step(self, action):
+        time.sleep(self.SUBSTEP + self.OBSERVE)
+        return super().step(action)
+
+
+def make_sleepy_env(chunk: int = 3, length: int = 6):
+    import fastenv
+    from fastenv import SimEnv
+
+    return fastenv.wrap(SimEnv(SleepyAdapter(length)), chunk=chunk)

@@ -24,11 +24,18 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
         capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    for name in ("Default", "+Slim", "+SkipObs (chunk 4)", "+Pipeline (2 stages)", "+Async (dynamic batching)"):
+    names = ["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async", "+FastReset", "+FastSubstep"]
+    for name in names:
         assert name in out.stdout
     payload = json.loads((tmp_path / "fastenv_bench.json").read_text())
     rows = payload["results"]
-    assert [r["config"].split(" ")[0] for r in rows] == ["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async"]
-    assert all(r["env_steps"] >= 32 and r["ms_per_env_step"] > 0 for r in rows)
+    assert [r["config"].split(" ")[0] for r in rows] == names
+    assert all(run["env_steps"] >= 32 for r in rows for run in r["rounds"]) and all(r["ms_per_env_step"] > 0 for r in rows)
     assert rows[0]["speedup_vs_default"] == 1.0
+    # where the time goes: fastenv's profiler for fastenv's configurations
+    for row in rows[1:]:
+        b = row["breakdown_ms_per_env_step"]
+        assert b["step"] > 0 and b["policy"] > 0 and b["reset"] >= 0 and row["x_floor"] > 0
+    assert all(rows[k]["breakdown_ms_per_env_step"]["physics"] > 0 for k in range(2, len(rows)))  # chunks
+    assert set(payload["policy_cores"]).isdisjoint(payload["env_cores"]) or len(payload["env_cores"]) == 1
     assert (tmp_path / "fastenv_bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

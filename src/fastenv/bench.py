@@ -1,19 +1,25 @@
-"""`fastenv bench`: the ablation Default -> +Slim -> +SkipObs -> +Pipeline -> +Async, with a real policy.
+"""`fastenv bench`: how fast a LIBERO rollout is with each of fastenv's steps, and where the time goes.
 
-Each configuration adds one thing to the previous one:
+Each configuration adds one thing to the previous one, in the order of the published ablation,
+then fastenv's own steps:
 
 - Default: LIBERO's stock observation set (two cameras, all state, an observation every step),
-  one action per step, in Gymnasium's AsyncVectorEnv (one process per env, no thread limits).
-- +Slim: headless, pruned to one camera + proprioception, in fastenv's vector env (workers hold
-  several envs, threads capped).
+  one action per step, robosuite's hard resets and control loop, in Gymnasium's AsyncVectorEnv.
+- +Slim: headless, pruned to one camera + proprioception, in fastenv's vector env.
 - +SkipObs: action chunks of K, one observation per chunk.
-- +Pipeline: two pipeline stages; the policy runs on one while the other steps.
+- +Pipeline: S pipeline stages; the policy runs on one while the others step.
 - +Async: dynamic batching; the policy serves whichever envs are ready.
+- +FastReset: LIBERO resets in place (bit for bit a rebuilt env's reset).
+- +FastSubstep: robosuite's control loop with less around the same arithmetic (bit for bit).
 
-The policy (``fastenv.policy.ChunkPolicy``: a CNN over the camera image and an MLP over
-proprioception, emitting an action chunk and a value) runs in this process, on the GPU when there
-is one, on one CPU thread otherwise. Episodes are cut at ``episode_steps`` so resets are part of
-every rollout, as in training.
+The layout is the same for every configuration, as these systems are deployed: the policy
+(``fastenv.policy.ChunkPolicy``: a CNN over the camera image and an MLP over proprioception,
+emitting an action chunk and a value) runs in this process, on the GPU when there is one, and
+this process is pinned to its own CPU core(s); the env processes are pinned to the other cores.
+Episodes end at random lengths around ``episode_steps`` (the long tail dynamic batching is for),
+so resets are part of every rollout, as in training. Configurations are interleaved over rounds;
+the table gives medians and spreads, and fastenv's profiler (``PipelineVectorEnv(profile=True)``)
+says where each configuration's wall time goes.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import functools
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +40,7 @@ import numpy as np
 
 IMAGE_KEY, STATE_KEY = "agentview_image", "robot0_proprio-state"
 SLIM_MODALITIES = (IMAGE_KEY, STATE_KEY)
+CATEGORIES = ("physics", "step", "observe", "reset", "transport_wait", "policy")
 
 
 @dataclass
@@ -49,6 +57,8 @@ class BenchConfig:
     device: str = "auto"
     steps: int = 192
     episode_steps: int = 160
+    rounds: int = 3
+    policy_cores: int = 1
     max_batch: int | None = None
     batch_timeout: float = 0.05
     out: str = "results"
@@ -56,8 +66,8 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
-        """A smoke run: 2 small envs, a few steps, no reset inside the timed window."""
-        base = dict(num_envs=2, workers=1, chunk=4, stages=2, camera_size=64, steps=16, episode_steps=64)
+        """A smoke run: 2 small envs, a few steps, one round."""
+        base = dict(num_envs=2, workers=1, chunk=4, stages=2, camera_size=64, steps=16, episode_steps=64, rounds=1)
         base.update(overrides)
         return cls(**base)
 
@@ -65,7 +75,7 @@ class BenchConfig:
         from fastenv.vector import Layout
 
         Layout(self.num_envs, self.workers, self.stages)  # raises a clear ValueError on a bad layout
-        for name in ("num_envs", "workers", "chunk", "stages", "camera_size", "steps", "episode_steps"):
+        for name in ("num_envs", "workers", "chunk", "stages", "camera_size", "steps", "episode_steps", "rounds", "policy_cores"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -75,101 +85,119 @@ class Variant:
     """One configuration of the ablation."""
 
     name: str
-    vector: str  # "async" (gymnasium AsyncVectorEnv) or "fastenv"
-    chunk: int | None
-    modalities: tuple[str, ...] | None
-    stages: int = 1
+    build: str  # "stock" (Gymnasium's AsyncVectorEnv), "slim" or "chunked" (fastenv's vector env)
     mode: str = "step"  # "step", "pipeline" or "dynamic"
+    hard_reset: bool = True
+    fast_substep: bool = False
 
 
 def variants(cfg: BenchConfig) -> list[Variant]:
     return [
-        Variant("Default", "async", None, None),
-        Variant("+Slim", "fastenv", None, SLIM_MODALITIES),
-        Variant(f"+SkipObs (chunk {cfg.chunk})", "fastenv", cfg.chunk, SLIM_MODALITIES),
-        Variant(f"+Pipeline ({cfg.stages} stages)", "fastenv", cfg.chunk, SLIM_MODALITIES, cfg.stages, "pipeline"),
-        Variant("+Async (dynamic batching)", "fastenv", cfg.chunk, SLIM_MODALITIES, 1, "dynamic"),
+        Variant("Default", "stock"),
+        Variant("+Slim", "slim"),
+        Variant(f"+SkipObs (chunk {cfg.chunk})", "chunked"),
+        Variant(f"+Pipeline ({cfg.stages} stages)", "chunked", "pipeline"),
+        Variant("+Async (dynamic batching)", "chunked", "dynamic"),
+        Variant("+FastReset (in place)", "chunked", "dynamic", hard_reset=False),
+        Variant("+FastSubstep", "chunked", "dynamic", hard_reset=False, fast_substep=True),
     ]
 
 
-def _env_fn(cfg: BenchConfig, variant: Variant) -> Callable[[], Any]:
+def cores(policy_cores: int) -> tuple[list[int], list[int]]:
+    """(policy cores, env cores) among the cores this process may run on (cgroups included)."""
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) <= policy_cores:
+        return available, available
+    return available[:policy_cores], available[policy_cores:]
+
+
+class _Pinned:
+    """An env factory that first pins its process to ``cores`` (runs in the env's own process)."""
+
+    def __init__(self, fn: Callable[[], Any], cores: list[int]) -> None:
+        self.fn, self.cores = fn, cores
+
+    def __call__(self) -> Any:
+        os.sched_setaffinity(0, self.cores)
+        return self.fn()
+
+
+def episode_lengths(cfg: BenchConfig) -> list[int]:
+    """Each env's episode length: uniform in [episode_steps / 2, 3 * episode_steps / 2] (seeded)."""
+    rng = np.random.default_rng(cfg.seed)
+    return [int(x) for x in rng.integers(cfg.episode_steps // 2, 3 * cfg.episode_steps // 2 + 1, cfg.num_envs)]
+
+
+def _env_fns(cfg: BenchConfig, build: str, env_cores: list[int]) -> list[Callable[[], Any]]:
     from fastenv.backends.libero import make_env
 
-    return functools.partial(
-        make_env,
-        cfg.suite,
-        cfg.task_id,
-        chunk=variant.chunk,
-        modalities=variant.modalities,
-        camera_size=cfg.camera_size,
-        max_episode_steps=cfg.episode_steps,
-    )
+    stock = build == "stock"
+    return [
+        _Pinned(
+            functools.partial(
+                make_env, cfg.suite, cfg.task_id,
+                chunk=cfg.chunk if build == "chunked" else None,
+                modalities=None if stock else SLIM_MODALITIES,
+                camera_size=cfg.camera_size, max_episode_steps=length,
+                hard_reset=True, fast_substep=False,  # the stock cost; later variants switch them
+            ),
+            env_cores,
+        )
+        for length in episode_lengths(cfg)
+    ]
 
 
-def _build_key(variant: Variant) -> tuple[Any, ...]:
-    # +SkipObs, +Pipeline and +Async differ only in how they are driven: one vector env, built
-    # with the pipeline's stages, serves the three (step() and env_ids ignore the stages).
-    return (variant.vector, variant.chunk, variant.modalities)
-
-
-def _build(cfg: BenchConfig, variant: Variant) -> Any:
-    fn = _env_fn(cfg, variant)
-    if variant.vector == "async":
+def _build(cfg: BenchConfig, build: str, env_cores: list[int]) -> Any:
+    fns = _env_fns(cfg, build, env_cores)
+    if build == "stock":
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
         # spawn: EGL contexts do not survive fork, Gymnasium's default start method on Linux.
-        return AsyncVectorEnv([fn] * cfg.num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
+        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
     from fastenv.vector import PipelineVectorEnv
 
-    return PipelineVectorEnv([fn] * cfg.num_envs, num_workers=cfg.workers, pipeline_stages=cfg.stages)
+    stages = cfg.stages if build == "chunked" else 1
+    return PipelineVectorEnv(fns, num_workers=cfg.workers, pipeline_stages=stages, profile=True)
 
 
-class _CpuClock:
-    """CPU seconds used by this process and all its descendants."""
+def _set_modes(envs: Any, hard_reset: bool, fast_substep: bool) -> None:
+    def apply(env: Any) -> None:
+        adapter = env.unwrapped.adapter
+        adapter.fast_substep = fast_substep
+        adapter.hard_reset = adapter._raw.hard_reset = hard_reset
 
-    def __init__(self) -> None:
-        import psutil
-
-        self.root = psutil.Process()
-
-    def __call__(self) -> float:
-        total = 0.0
-        for proc in [self.root, *self.root.children(recursive=True)]:
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except Exception:  # a process that just exited
-                continue
-        return total
+    envs.apply(apply)
 
 
 def _pick(obs: dict[str, np.ndarray], ids: slice | np.ndarray) -> dict[str, np.ndarray]:
     return {IMAGE_KEY: obs[IMAGE_KEY][ids], STATE_KEY: obs[STATE_KEY][ids]}
 
 
-def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, device: Any, progress: Any = None) -> dict[str, Any]:
-    """Warm up and time one configuration on ``envs``; returns its measurements."""
-    import torch
-
-    from fastenv.policy import ChunkPolicy
-
-    chunk = variant.chunk or 1
-    image_shape = envs.single_observation_space[IMAGE_KEY].shape
-    state_dim = envs.single_observation_space[STATE_KEY].shape[0]
-    torch.manual_seed(cfg.seed)
-    policy = ChunkPolicy(image_shape, state_dim, chunk, 7).to(device).eval()
+def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, device: Any, progress: Any = None) -> dict[str, Any]:
+    """Time one configuration on ``envs``; returns its measurements (one round)."""
+    chunked = variant.build == "chunked"
+    chunk = cfg.chunk if chunked else 1
+    policy_s = 0.0
 
     def act(obs: dict[str, np.ndarray]) -> np.ndarray:
+        nonlocal policy_s
+        t0 = time.perf_counter()
         actions, _ = policy.act(obs, IMAGE_KEY, STATE_KEY, device)
-        return actions if variant.chunk else actions[:, 0]
+        policy_s += time.perf_counter() - t0
+        return actions if chunked else actions[:, 0]
 
+    profiled = hasattr(envs, "profile_report")
+    if profiled:
+        _set_modes(envs, variant.hard_reset, variant.fast_substep)
     n = cfg.num_envs
     target = cfg.steps * n  # simulator steps to time
     obs, _ = envs.reset(seed=cfg.seed)
     for _ in range(2):  # warm-up: first renders, first policy calls
         obs, *_ = envs.step(act(obs))
-    clock = _CpuClock()
-    cpu0, start = clock(), time.perf_counter()
+    if profiled:
+        envs.reset_profile()
+    policy_s = 0.0
+    start = time.perf_counter()
     done = 0
     if variant.mode == "step":
         while done < target:
@@ -179,10 +207,10 @@ def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, device: Any, prog
                 progress.update(n * chunk)
     elif variant.mode == "pipeline":
         m = envs.layout.stage_size
-        for k in range(variant.stages):
+        for k in range(cfg.stages):
             envs.send(act(_pick(obs, slice(k * m, (k + 1) * m))), stage=k)
         while done < target:
-            for k in range(variant.stages):
+            for k in range(cfg.stages):
                 stage_obs, *_ = envs.recv(stage=k)
                 done += m * chunk
                 if progress is not None:
@@ -199,66 +227,83 @@ def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, device: Any, prog
                 progress.update(len(ids) * chunk)
             envs.send(act(batch_obs), env_ids=ids)
     wall = time.perf_counter() - start
-    cpu = clock() - cpu0
-    # Steps still in flight are neither counted nor timed; collect them before closing.
+    breakdown = {"policy": policy_s}
+    env_cpu = None
+    if profiled:
+        report = envs.profile_report()
+        for name in ("physics", "step", "observe", "reset", "transport_wait"):
+            breakdown[name] = float(report.get(name, 0.0))
+        env_cpu = sum(report["cpu_seconds"].values())  # the env work, whatever cores it waited for
+    else:
+        breakdown["env (stock, not broken down)"] = wall - policy_s
+    # Steps still in flight are neither counted nor timed; collect them before the next run.
     if variant.mode == "pipeline":
-        for k in range(variant.stages):
+        for k in range(cfg.stages):
             envs.recv(stage=k)
     elif variant.mode == "dynamic":
         while len(envs.in_flight()):
             envs.recv(max_batch=n)
-    return {
-        "config": variant.name,
-        "env_steps": done,
-        "seconds": wall,
-        "ms_per_env_step": wall * 1000.0 / done,
-        "env_steps_per_s": done / wall,
-        "cpu_cores_busy_per_env": cpu / wall / n,
-        "variant": dataclasses.asdict(variant),
-    }
+    return {"env_steps": done, "seconds": wall, "breakdown_s": breakdown, "env_cpu_s": env_cpu}
 
 
-def _device(name: str) -> Any:
+def _device(name: str, policy_cores: list[int]) -> Any:
     import torch
 
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cpu":
-        torch.set_num_threads(1)  # the policy gets one core; the rest are the simulators'
+        torch.set_num_threads(len(policy_cores))  # the policy's own cores; the rest are the simulators'
     return torch.device(name)
 
 
 def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
     """Run the ablation; writes ``fastenv_bench.json`` and ``fastenv_bench.png`` in ``cfg.out``."""
+    import torch
     from tqdm import tqdm
 
+    from fastenv.policy import ChunkPolicy
+
     cfg.check()
-    device = _device(cfg.device)
+    policy_cores, env_cores = cores(cfg.policy_cores)
+    previous_affinity = os.sched_getaffinity(0)
     chosen = [v for v in variants(cfg) if only is None or v.name.split(" ")[0] in only]
-    rows = []
-    envs, key = None, None
+    samples: dict[str, list[dict[str, Any]]] = {v.name: [] for v in chosen}
+    vec = None
     try:
-        with tqdm(total=cfg.steps * cfg.num_envs * len(chosen), unit="step", desc="fastenv bench", mininterval=1.0) as progress:
-            for variant in chosen:
-                progress.set_postfix_str(variant.name)
-                if _build_key(variant) != key:
-                    if envs is not None:
-                        envs.close()
-                    envs, key = _build(cfg, variant), _build_key(variant)
-                rows.append(run_variant(cfg, variant, envs, device, progress))
+        os.sched_setaffinity(0, policy_cores)  # env processes pin themselves to env_cores
+        device = _device(cfg.device, policy_cores)
+        total = cfg.steps * cfg.num_envs * len(chosen) * cfg.rounds
+        with tqdm(total=total, unit="step", desc="fastenv bench", mininterval=1.0) as progress:
+            for r in range(cfg.rounds):
+                for variant in chosen:
+                    progress.set_postfix_str(f"round {r + 1}/{cfg.rounds}: {variant.name}")
+                    # Fresh env processes for every run (building is not timed): robosuite's hard
+                    # resets leak memory (GBs over a few hundred), and a LIBERO env holds about a
+                    # GB, so only one vector env is alive at a time.
+                    vec = _build(cfg, variant.build, env_cores)
+                    space = vec.single_observation_space
+                    torch.manual_seed(cfg.seed)
+                    chunk = cfg.chunk if variant.build == "chunked" else 1
+                    policy = ChunkPolicy(space[IMAGE_KEY].shape, space[STATE_KEY].shape[0], chunk, 7).to(device).eval()
+                    samples[variant.name].append(run_variant(cfg, variant, vec, policy, device, progress))
+                    vec.close()
+                    vec = None
     finally:
-        if envs is not None:
-            envs.close()
-    base = rows[0]["ms_per_env_step"]
-    for row in rows:
-        row["speedup_vs_default"] = base / row["ms_per_env_step"]
+        if vec is not None:
+            vec.close()
+        os.sched_setaffinity(0, previous_affinity)
+    rows = summarize(chosen, samples, len(env_cores))
     payload = {
         "benchmark": "fastenv bench",
         "config": dataclasses.asdict(cfg),
         "policy_device": str(device),
+        "policy_cores": policy_cores,
+        "env_cores": env_cores,
+        "episode_lengths": episode_lengths(cfg),
         "results": rows,
         "machine": {
             "cpu_count": os.cpu_count(),
+            "cores_available": len(previous_affinity),
             "processor": platform.processor() or platform.machine(),
             "platform": platform.platform(),
             "python": platform.python_version(),
@@ -271,15 +316,58 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
     return payload
 
 
+def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], env_cores: int) -> list[dict[str, Any]]:
+    """Per configuration: medians and spreads over rounds, ratios to Default, the breakdown and the floor."""
+    base_name = chosen[0].name
+    rows = []
+    for variant in chosen:
+        runs = samples[variant.name]
+        rates = [s["env_steps"] / s["seconds"] for s in runs]
+        ms = [1000.0 * s["seconds"] / s["env_steps"] for s in runs]
+        ratios = [a / b for a, b in zip(ms, (1000.0 * s["seconds"] / s["env_steps"] for s in samples[base_name]))]
+        speedups = [1.0 / x for x in ratios]
+        breakdown = {
+            key: statistics.median(1000.0 * s["breakdown_s"].get(key, 0.0) / s["env_steps"] for s in runs)
+            for key in dict.fromkeys(k for s in runs for k in s["breakdown_s"])
+        }
+        # The floor: the env work (CPU seconds of the envs' calls) spread over the env cores.
+        cpu = [s["env_cpu_s"] for s in runs if s.get("env_cpu_s")]
+        floor = statistics.median(1000.0 * c / s["env_steps"] for c, s in zip(cpu, runs)) / env_cores if cpu else None
+        row = {
+            "config": variant.name,
+            "env_steps_per_s": statistics.median(rates),
+            "spread_env_steps_per_s": max(rates) - min(rates),
+            "ms_per_env_step": statistics.median(ms),
+            "speedup_vs_default": statistics.median(speedups),
+            "breakdown_ms_per_env_step": breakdown,
+            "floor_ms_per_env_step": floor,
+            "x_floor": statistics.median(ms) / floor if floor else None,
+            "rounds": runs,
+            "variant": dataclasses.asdict(variant),
+        }
+        rows.append(row)
+    return rows
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    headers = ["configuration", "ms/env step", "env-steps/s", "x Default", "CPU cores busy/env"]
-    cells = [
-        [r["config"], f"{r['ms_per_env_step']:.1f}", f"{r['env_steps_per_s']:.1f}", f"{r['speedup_vs_default']:.2f}", f"{r['cpu_cores_busy_per_env']:.2f}"]
-        for r in rows
-    ]
+    headers = ["configuration", "env-steps/s", "spread", "x Default", "ms/env step", "x floor", *CATEGORIES]
+    cells = []
+    for r in rows:
+        b = r["breakdown_ms_per_env_step"]
+        parts = [f"{b[c]:.1f}" if c in b else "-" for c in CATEGORIES]
+        if "env (stock, not broken down)" in b:
+            parts[0] = f"({b['env (stock, not broken down)']:.1f} env)"
+        cells.append(
+            [r["config"], f"{r['env_steps_per_s']:.1f}", f"{r['spread_env_steps_per_s']:.1f}", f"{r['speedup_vs_default']:.2f}",
+             f"{r['ms_per_env_step']:.1f}", f"{r['x_floor']:.2f}" if r["x_floor"] else "-", *parts]
+        )
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
+    lines.append(
+        "(breakdown: ms per env step; physics = sub-steps without observation, step = the last sub-step of a "
+        "chunk with its observation, observe = observations on their own; env-process time summed over processes)"
+    )
     return "\n".join(lines)
 
 
@@ -290,17 +378,29 @@ def _plot(rows: list[dict[str, Any]], path: Path, cfg: BenchConfig) -> Path:
     import matplotlib.pyplot as plt
 
     names = [r["config"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
     values = [r["env_steps_per_s"] for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    bars = ax.bar(range(len(rows)), values, color=["#9e9e9e"] + ["#1f77b4"] * (len(rows) - 1))
+    errors = [r["spread_env_steps_per_s"] / 2 for r in rows]
+    bars = left.bar(range(len(rows)), values, yerr=errors, color=["#9e9e9e"] + ["#1f77b4"] * (len(rows) - 1))
     for bar, row in zip(bars, rows):
-        ax.annotate(f"{row['speedup_vs_default']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom")
-    ax.set_xticks(range(len(rows)), names, rotation=15, ha="right")
-    ax.set_ylabel("env-steps/s (higher is better)")
-    ax.set_title(
-        f"fastenv bench: LIBERO {cfg.suite} task {cfg.task_id}, {cfg.num_envs} envs, "
-        f"{cfg.camera_size}px, {os.cpu_count()} CPU cores"
-    )
+        left.annotate(f"{row['speedup_vs_default']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom")
+    left.set_xticks(range(len(rows)), names, rotation=25, ha="right")
+    left.set_ylabel("env-steps/s (higher is better)")
+    left.set_title(f"LIBERO {cfg.suite} task {cfg.task_id}, {cfg.num_envs} envs, {cfg.camera_size}px")
+    colors = {"physics": "#1f77b4", "step": "#17becf", "observe": "#ff7f0e", "reset": "#2ca02c", "transport_wait": "#9467bd",
+              "policy": "#d62728", "env (stock, not broken down)": "#9e9e9e"}
+    totals = np.array([sum(r["breakdown_ms_per_env_step"].values()) or 1.0 for r in rows])
+    left_edge = np.zeros(len(rows))
+    for key, color in colors.items():
+        share = np.array([r["breakdown_ms_per_env_step"].get(key, 0.0) for r in rows]) / totals
+        if share.any():
+            right.barh(range(len(rows)), share, left=left_edge, color=color, label=key)
+            left_edge += share
+    right.set_yticks(range(len(rows)), names)
+    right.invert_yaxis()
+    right.set_xlabel("share of the time accounted for")
+    right.set_title("where the time goes (env processes summed; policy in this process)")
+    right.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

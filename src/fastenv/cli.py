@@ -12,9 +12,10 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
     d = BenchConfig()
     p = sub.add_parser(
         "bench",
-        help="ablation on LIBERO: Default -> +Slim -> +SkipObs -> +Pipeline -> +Async",
-        description="Reproduce the rollout ablation on LIBERO with a real torch policy in the loop; "
-        "prints a table and writes JSON and a PNG chart.",
+        help="ablation on LIBERO: Default -> +Slim -> +SkipObs -> +Pipeline -> +Async -> +FastReset -> +FastSubstep",
+        description="Reproduce the rollout ablation on LIBERO with a real torch policy in the loop, "
+        "interleaved over rounds; prints medians, spreads and where the time goes, and writes JSON "
+        "and a PNG chart.",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: 2 small envs, a few steps")
     p.add_argument("--suite", default=d.suite, help="LIBERO suite (default %(default)s)")
@@ -26,8 +27,13 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--camera-size", type=int, help=f"camera side in pixels (default {d.camera_size})")
     p.add_argument("--device", default=d.device, help="policy device: auto, cpu, cuda (default %(default)s)")
     p.add_argument("--steps", type=int, help=f"simulator steps per env timed per configuration (default {d.steps})")
-    p.add_argument("--episode-steps", type=int, help=f"episode length in simulator steps (default {d.episode_steps})")
-    p.add_argument("--only", nargs="+", choices=["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async"], help="run only these")
+    p.add_argument("--episode-steps", type=int, help=f"mean episode length in simulator steps (default {d.episode_steps})")
+    p.add_argument("--rounds", type=int, help=f"interleaved rounds (default {d.rounds})")
+    p.add_argument("--policy-cores", type=int, help=f"CPU cores kept for the policy's process (default {d.policy_cores})")
+    p.add_argument(
+        "--only", nargs="+", choices=["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async", "+FastReset", "+FastSubstep"],
+        help="run only these",
+    )
     p.add_argument("--out", default=d.out, help="folder for fastenv_bench.json and .png (default %(default)s)")
 
 
@@ -41,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
         given = {
             key: getattr(args, key)
-            for key in ("num_envs", "workers", "chunk", "stages", "camera_size", "steps", "episode_steps")
+            for key in ("num_envs", "workers", "chunk", "stages", "camera_size", "steps", "episode_steps", "rounds", "policy_cores")
             if getattr(args, key) is not None
         }
         common = dict(suite=args.suite, task_id=args.task_id, device=args.device, out=args.out, **given)
@@ -52,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
         print()
         print(format_table(payload["results"]))
-        print(f"\npolicy on {payload['policy_device']}; wrote " + ", ".join(payload["files"]))
+        print(
+            f"\npolicy on {payload['policy_device']} (process on cores {payload['policy_cores']}), envs on cores "
+            f"{payload['env_cores']}; wrote " + ", ".join(payload["files"])
+        )
     return 0
 
 

@@ -23,6 +23,7 @@ VECTOR_OPTIONS = (
     "context",
     "backend",
     "ray_options",
+    "profile",
 )
 
 

@@ -18,6 +18,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
 from fastenv._validation import check_batch_actions, check_positive_int
+from fastenv.vector import profiling
 from fastenv.vector import worker as w
 from fastenv.core.arrays import get_row, put_rows, take_rows
 from fastenv.core.infos import add_info, step_keys, with_legacy_final_keys
@@ -124,8 +125,10 @@ class PipelineVectorEnv(VectorEnv):
         context: str = "spawn",
         backend: str = "local",
         ray_options: Mapping[str, Any] | None = None,
+        profile: bool = False,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
+        self._clock: profiling.MainClock | None = None
         env_fns = list(env_fns)
         if not env_fns:
             raise ValueError("env_fns must hold at least one env constructor, got an empty sequence")
@@ -190,6 +193,8 @@ class PipelineVectorEnv(VectorEnv):
             self._setup_spaces(descriptions)
             for worker in self._workers:
                 self._attach(worker)
+            if profile:
+                self.start_profile()
         except BaseException:
             self.close()
             raise
@@ -476,6 +481,7 @@ class PipelineVectorEnv(VectorEnv):
         actions = check_batch_actions(actions, self.single_action_space, len(gids))
         put_rows(self._actions, rows, actions)
 
+    @profiling.timed
     def send(self, actions: Any, *, stage: int | None = None, env_ids: Sequence[int] | None = None) -> None:
         """Start stepping one stage (``stage=k``) or some envs (``env_ids=ids``); returns at once.
 
@@ -495,6 +501,7 @@ class PipelineVectorEnv(VectorEnv):
             self._write_actions(actions, gids, gids)
             self._dispatch_steps(gids, per_env=True)
 
+    @profiling.timed
     def recv(
         self, *, stage: int | None = None, max_batch: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -531,6 +538,7 @@ class PipelineVectorEnv(VectorEnv):
         result[4]["env_ids"] = gids
         return result
 
+    @profiling.timed
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step all N envs (plain Gymnasium semantics, SAME_STEP autoreset)."""
         self._check_open()
@@ -541,6 +549,7 @@ class PipelineVectorEnv(VectorEnv):
         self._wait(self._all_ready(gids.tolist()))
         return self._gather(gids, slice(None))
 
+    @profiling.timed
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
@@ -599,6 +608,47 @@ class PipelineVectorEnv(VectorEnv):
         # Envs not reset keep the observation the caller last saw (one in flight has no newer one).
         put_rows(self._last_obs, gids, take_rows(self._obs, gids))
         return take_rows(self._last_obs, slice(None)), infos
+
+    # -- profiler ---------------------------------------------------------------------------------
+    def start_profile(self) -> None:
+        """Time where the rollout's wall time goes from now on (see ``profile_report``).
+
+        Example:
+            >>> envs = PipelineVectorEnv(fns, profile=True)   # or envs.start_profile()
+            >>> ...                                           # the rollout
+            >>> envs.profile_report()["physics"]
+        """
+        self._profile("start")
+        self._clock = profiling.MainClock()
+
+    def stop_profile(self) -> None:
+        """Stop timing (the envs run their untimed code again)."""
+        self._profile("stop")
+        self._clock = None
+
+    def reset_profile(self) -> None:
+        """Start the breakdown over (profiling stays on)."""
+        if self._clock is None:
+            raise RuntimeError("the profiler is off: PipelineVectorEnv(..., profile=True) or start_profile() first")
+        self._profile("reset")
+        self._clock.reset()
+
+    def profile_report(self) -> dict[str, Any]:
+        """Seconds per category since profiling started or was reset (``fastenv.vector.profiling``).
+
+        Worker categories (``physics``, ``step``, ``observe``, ``reset``) are summed over the
+        workers; ``transport_wait`` (the caller's time inside fastenv's calls) and ``policy`` (the
+        caller's time between them) are wall time; ``wall`` is the time since the start; ``counts``
+        the env calls of each category.
+        """
+        if self._clock is None:
+            raise RuntimeError("the profiler is off: PipelineVectorEnv(..., profile=True) or start_profile() first")
+        workers = [rep for rep in self._profile("report") if rep is not None]
+        return profiling.report(workers, self._clock)
+
+    def _profile(self, action: str) -> list[Any]:
+        gids = np.array([worker.env_ids[0] for worker in self._workers])  # one env per worker
+        return list(self._call(gids, profiling.ProfileRequest(action), (), {}))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` (or read it, if not callable) on every env; results in env order."""

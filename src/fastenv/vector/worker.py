@@ -24,6 +24,7 @@ from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.batch import EnvBatch
 from fastenv.core.executor import Executor
 from fastenv.wrappers.action import ActionChunk
+from fastenv.vector.profiling import ProfileRequest, TimedBatch, Timings
 from fastenv.vector.shared import SharedArrays, leaf_specs, structure
 
 # Commands (main -> worker); replies (worker -> main) start with the same word, or "error".
@@ -127,8 +128,27 @@ class WorkerCore:
         info = self.reset_one(gid, seed, None)
         return {**info, **self.executor.null_step_infos(self._index[self.local[gid]])[0]}
 
+    def profile(self, action: str) -> dict[str, Any] | None:
+        """The profiler: "start" times the executor's calls into the envs, "stop" ends that,
+        "reset" starts over, "report" returns the timings so far."""
+        timed = isinstance(self.executor.sim, TimedBatch)
+        if action == "start" and not timed:
+            self.timings = Timings()
+            self.executor.sim = TimedBatch(self.batch, self.timings)
+        elif action == "stop" and timed:
+            self.executor.sim = self.batch
+        elif action == "reset":
+            self.timings = Timings()
+            if timed:
+                self.executor.sim = TimedBatch(self.batch, self.timings)
+        elif action == "report":
+            return getattr(self, "timings", Timings()).as_dict()
+        return None
+
     def call(self, gids: Sequence[int], target: Any, args: tuple, kwargs: dict) -> list[Any]:
         """Call a method (or read an attribute) by name, or apply a function, on each env."""
+        if isinstance(target, ProfileRequest):  # for the worker, not its envs: answered once
+            return [self.profile(target.action)] + [None] * (len(gids) - 1)
         out = []
         for gid in gids:
             env = self.envs[self.local[gid]]
