@@ -7,6 +7,7 @@ from fastenv.backends.base import BatchSimulator, GymAdapter, SimulatorAdapter
 from fastenv.backends.registry import register_backend
 from fastenv.core import Executor, SimEnv, SubstepDisabledWarning
 from fastenv.registration import register_envs
+from fastenv.tuning import Plan, tune
 from fastenv.wrappers import ActionChunk, HeadlessRender, PruneModalities, wrap
 
 __version__ = "0.1.0"
@@ -19,6 +20,7 @@ __all__ = [
     "Executor",
     "GymAdapter",
     "HeadlessRender",
+    "Plan",
     "PruneModalities",
     "SimEnv",
     "SimulatorAdapter",
@@ -26,5 +28,6 @@ __all__ = [
     "__version__",
     "register_backend",
     "register_envs",
+    "tune",
     "wrap",
 ]

@@ -1,4 +1,5 @@
-"""The ``fastenv`` command: ``fastenv bench`` runs the ablation on LIBERO (the main job)."""
+"""The ``fastenv`` command: ``fastenv bench`` runs the ablation on LIBERO (the main job);
+``fastenv tune`` finds the fastest layout for an env and a policy."""
 
 from __future__ import annotations
 
@@ -37,11 +38,94 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=d.out, help="folder for fastenv_bench.json and .png (default %(default)s)")
 
 
+def _tune_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="find the fastest layout (workers, stages, batching, threads) for an env and a policy on this machine",
+        description="Calibrate on the default layout, model every layout's throughput from the measured costs, "
+        "measure the best few, and print and save the fastest as a plan (PipelineVectorEnv(layout=...), "
+        "gym.make_vec(..., layout='plan.json')).",
+    )
+    p.add_argument("env_id", help="a Gymnasium id: fastenv/Libero-v0, fastenv/ManiSkill-v0, CartPole-v1...")
+    p.add_argument("--num-envs", type=int, required=True, help="N envs")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the env (repeatable; VALUE is read as a Python literal, else a string): chunk=8")
+    cost = p.add_mutually_exclusive_group()
+    cost.add_argument("--policy", metavar="MODULE:NAME", help="the policy: a callable from a batch of observations to a batch of actions")
+    cost.add_argument("--policy-cost", metavar="FIXED[,PER_OBS]",
+                      help="the policy's measured cost in seconds per call (and per observation); trials sleep that long")
+    p.add_argument("--max-trials", type=int, default=4, help="layouts measured after the calibration (default %(default)s)")
+    p.add_argument("--trial-seconds", type=float, default=2.0, help="seconds each layout is timed (default %(default)s)")
+    p.add_argument("--cpus", type=int, help="CPUs to plan for (default: what this process may use, cgroup limits included)")
+    p.add_argument("--out", default="fastenv_plan.json", help="where to write the plan (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _literal(text: str) -> object:
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _run_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    import functools
+    import importlib
+
+    import gymnasium as gym
+
+    from fastenv.tuning import tune
+
+    env_kwargs = {}
+    for item in args.env_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--env-arg takes KEY=VALUE, got {item!r}")
+        env_kwargs[key] = _literal(value)
+    if args.env_id not in gym.registry:
+        parser.error(f"unknown env id {args.env_id!r}")
+    policy = policy_cost = None
+    if args.policy:
+        module, sep, name = args.policy.partition(":")
+        if not sep:
+            parser.error(f"--policy takes MODULE:NAME, got {args.policy!r}")
+        policy = getattr(importlib.import_module(module), name)
+    elif args.policy_cost:
+        try:
+            parts = [float(x) for x in args.policy_cost.split(",")]
+        except ValueError:
+            parser.error(f"--policy-cost takes FIXED or FIXED,PER_OBS in seconds, got {args.policy_cost!r}")
+        if len(parts) not in (1, 2):
+            parser.error(f"--policy-cost takes FIXED or FIXED,PER_OBS in seconds, got {args.policy_cost!r}")
+        policy_cost = (parts[0], parts[1] if len(parts) == 2 else 0.0)
+    try:
+        plan = tune(
+            functools.partial(gym.make, args.env_id, **env_kwargs), policy, num_envs=args.num_envs, policy_cost=policy_cost,
+            max_trials=args.max_trials, trial_seconds=args.trial_seconds, cpus=args.cpus, progress=not args.quiet, out=args.out,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(plan.summary())
+    print("\ntrials (steps/s = vector-env transitions per second):")
+    for trial in plan.trials:
+        print(f"  {trial['layout']:<40} measured {trial['steps_per_s']:10.1f}  predicted {trial['predicted_steps_per_s']:10.1f}  bound: {trial['bound']}")
+    if args.env_id.startswith("fastenv/"):
+        use = f"gym.make_vec({args.env_id!r}, num_envs={args.num_envs}, layout={args.out!r}, ...)"
+    else:
+        use = f"PipelineVectorEnv([lambda: gym.make({args.env_id!r})] * {args.num_envs}, layout={args.out!r})"
+    print(f"\nwrote {args.out}; use it with {use}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fastenv", description="fastenv: fast robot simulators for RL")
     sub = parser.add_subparsers(dest="command", required=True)
     _bench_parser(sub)
+    _tune_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "tune":
+        _run_tune(parser, args)
     if args.command == "bench":
         from fastenv.bench import BenchConfig, format_table, run
 

@@ -774,7 +774,7 @@ def make_cpu_env(
     return wrap(sim, chunk=chunk, gamma=gamma, render_mode=render_mode, episode_statistics=episode_statistics)
 
 
-_VECTOR_OPTIONS = ("num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "backend", "ray_options")
+_VECTOR_OPTIONS = ("num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "backend", "ray_options", "layout", "tune_options")
 
 
 def make_vec(
@@ -785,7 +785,7 @@ def make_vec(
     chunk: int | None = 8,
     gamma: float | None = None,
     camera_size: int | tuple[int, int] | None = None,
-    pipeline_stages: int = 1,
+    pipeline_stages: int | None = None,
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
     sim_backend: str | None = None,
@@ -814,7 +814,7 @@ def make_vec(
             max_episode_steps = _maniskill()[env_id].max_episode_steps
         return ManiSkillVectorEnv(
             env, modalities=modalities, chunk=chunk, gamma=gamma, max_episode_steps=max_episode_steps,
-            pipeline_stages=pipeline_stages, render_mode=render_mode, ignore_terminations=ignore_terminations,
+            pipeline_stages=pipeline_stages or 1, render_mode=render_mode, ignore_terminations=ignore_terminations,
         )
     from fastenv.vector import make_pipeline
 
@@ -823,8 +823,10 @@ def make_vec(
     check_assets(env_id, _maniskill()[env_id])
     if sim_backend is not None:
         kwargs["sim_backend"] = sim_backend
+    if pipeline_stages is not None:
+        vector["pipeline_stages"] = pipeline_stages
     return make_pipeline(
-        make_cpu_env, num_envs, pipeline_stages=pipeline_stages, env_id=env_id, modalities=modalities, chunk=chunk,
+        make_cpu_env, num_envs, env_id=env_id, modalities=modalities, chunk=chunk,
         gamma=gamma, camera_size=camera_size, max_episode_steps=max_episode_steps, render_mode=render_mode,
         **vector, **kwargs,
     )

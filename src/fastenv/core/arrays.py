@@ -119,6 +119,13 @@ def view_row(batch: Any, row: int) -> Any:
     return batch[row]
 
 
+def leading_dim(batch: Any) -> int:
+    """Rows of a batched structure (the first leaf's first dimension)."""
+    while isinstance(batch, (dict, tuple)):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
+
+
 def alloc_rows(like: Any, rows: int, ops: Any) -> Any:
     """Zeros shaped as the batched structure ``like`` but with ``rows`` rows."""
     return tree_map(lambda x: ops.full_like_rows(x, rows), like)

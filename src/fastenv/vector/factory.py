@@ -24,6 +24,8 @@ VECTOR_OPTIONS = (
     "backend",
     "ray_options",
     "profile",
+    "layout",
+    "tune_options",
 )
 
 

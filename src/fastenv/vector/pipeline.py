@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
+from fastenv import machine
 from fastenv._validation import check_batch_actions, check_positive_int
 from fastenv.vector import profiling
 from fastenv.vector import worker as w
@@ -71,7 +72,7 @@ class _Command:
 def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
     """The most workers, up to the CPU count, that split every stage evenly."""
     per_stage = max(num_envs // max(pipeline_stages, 1), 1)
-    cpus = os.cpu_count() or 1
+    cpus = machine.available_cpus()  # affinity and cgroup quota, not the host's core count
     return max(d for d in range(1, per_stage + 1) if per_stage % d == 0 and d <= cpus)
 
 
@@ -105,6 +106,13 @@ class PipelineVectorEnv(VectorEnv):
         ray_options: with backend="ray": ``address`` (None starts or joins a local cluster),
             ``num_cpus``, ``num_gpus`` and ``resources`` per worker, ``placement_strategy``
             ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"), ``runtime_env``.
+        profile: start the profiler (``profile_report``).
+        layout: a layout plan (``fastenv.tuning.Plan``, its dict, or the path of its JSON from
+            ``fastenv tune --out``), or "auto" to tune one now (``fastenv.tune`` with
+            ``tune_options``: ``policy`` or ``policy_cost``, ``max_trials``...). The plan sets
+            num_workers, pipeline_stages, threads_per_worker and spin_wait, and ``recv``'s
+            default ``max_batch``/``timeout`` when it batches dynamically; ``self.plan`` keeps it.
+        tune_options: keyword arguments of ``fastenv.tune`` for ``layout="auto"``.
 
     Example:
         >>> envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2, pipeline_stages=2)
@@ -114,7 +122,7 @@ class PipelineVectorEnv(VectorEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
         num_workers: int | None = None,
-        pipeline_stages: int = 1,
+        pipeline_stages: int | None = None,
         *,
         step_timeout: float = 120.0,
         startup_timeout: float = 600.0,
@@ -126,6 +134,8 @@ class PipelineVectorEnv(VectorEnv):
         backend: str = "local",
         ray_options: Mapping[str, Any] | None = None,
         profile: bool = False,
+        layout: Any = None,
+        tune_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self._clock: profiling.MainClock | None = None
@@ -134,6 +144,11 @@ class PipelineVectorEnv(VectorEnv):
             raise ValueError("env_fns must hold at least one env constructor, got an empty sequence")
         if not all(callable(fn) for fn in env_fns):
             raise TypeError("env_fns must be callables that build an env")
+        self.plan = self._resolve_plan(layout, tune_options, env_fns, num_workers, pipeline_stages, context)
+        if self.plan is not None:
+            num_workers, pipeline_stages = self.plan.num_workers, self.plan.pipeline_stages
+            threads_per_worker, spin_wait = self.plan.threads_per_worker, self.plan.spin_wait
+        pipeline_stages = 1 if pipeline_stages is None else pipeline_stages
         if context == "fork":
             raise ValueError("context='fork' is refused: EGL/OpenGL contexts do not survive fork; use 'spawn' or 'forkserver'")
         if num_workers is None:
@@ -200,6 +215,30 @@ class PipelineVectorEnv(VectorEnv):
             raise
 
     # -- set-up ---------------------------------------------------------------------------------
+    @staticmethod
+    def _resolve_plan(layout: Any, tune_options: Mapping[str, Any] | None, env_fns: list, num_workers: Any, stages: Any, context: str) -> Any:
+        if layout is None:
+            if tune_options is not None:
+                raise ValueError("tune_options are for layout='auto'")
+            return None
+        if num_workers is not None or stages is not None:
+            raise ValueError(
+                f"layout sets num_workers and pipeline_stages; give a layout or those, not both "
+                f"(got num_workers={num_workers}, pipeline_stages={stages})"
+            )
+        from fastenv import tuning
+
+        if isinstance(layout, str) and layout == "auto":
+            options = {"vector_options": {"context": context}, **dict(tune_options or {})}
+            plan = tuning.tune(env_fns, **options)
+        else:
+            if tune_options is not None:
+                raise ValueError("tune_options are for layout='auto'")
+            plan = tuning.resolve_layout(layout)
+        if plan.num_envs != len(env_fns):
+            raise ValueError(f"the layout plan is for num_envs={plan.num_envs}, got {len(env_fns)} env constructors")
+        return plan
+
     def _spawn(self, worker: Worker) -> None:
         self._transport.start(worker, [self._env_fns[i] for i in worker.env_ids])
         worker.deadline = time.monotonic() + self.startup_timeout
@@ -524,6 +563,8 @@ class PipelineVectorEnv(VectorEnv):
         outstanding = sum(1 for env in self._envs if env.status != IDLE and env.by_ids)
         if outstanding == 0:
             raise RuntimeError("recv() without send(env_ids=...): no env has actions in flight")
+        if max_batch is None and timeout is None and self.plan is not None and self.plan.max_batch is not None:
+            max_batch, timeout = self.plan.max_batch, self.plan.timeout  # the layout plan's batching
         batch = outstanding if max_batch is None else check_positive_int("max_batch", max_batch)
         want = min(batch, outstanding)
         if timeout is not None and timeout < 0:
@@ -537,6 +578,31 @@ class PipelineVectorEnv(VectorEnv):
         result = self._gather(gids, gids)
         result[4]["env_ids"] = gids
         return result
+
+    def set_pipeline_stages(self, stages: int) -> None:
+        """Regroup the envs into ``stages`` pipeline stages (workers and episodes stay as they are).
+
+        No action may be in flight. Refused for envs sharing one physics world, whose physics step
+        was divided by the stage count when the workers started.
+        """
+        self._check_open()
+        layout = Layout(self.num_envs, self.num_workers, stages)
+        if layout.num_stages == self.pipeline_stages:
+            return
+        if len(self.in_flight()):
+            raise RuntimeError(f"set_pipeline_stages: envs {self.in_flight().tolist()} still have actions in flight; recv() them first")
+        if self.shared_physics:
+            raise RuntimeError("set_pipeline_stages: these envs share one physics world whose step was divided by the stage count at start; build a new vector env")
+        self.layout, self.pipeline_stages = layout, layout.num_stages
+        self._groups = {key: groups for key, groups in self._groups.items() if key == (0, self.num_envs)}
+        self._group_ids = {key: ids for key, ids in self._group_ids.items() if key == (0, self.num_envs)}
+        for k in range(layout.num_stages):
+            ids = layout.stage_envs(k)
+            key = (int(ids[0]), len(ids))
+            self._group_ids[key] = ids
+            owners = ids % self.num_workers
+            self._groups[key] = [(wk, ids[owners == wk.index].tolist()) for wk in self._workers]
+        self._group_sizes = {self.num_envs, layout.stage_size}
 
     @profiling.timed
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:

@@ -1,0 +1,104 @@
+"""What this process may use of the machine: CPUs (cgroup limits included), memory, GPUs.
+
+``os.cpu_count()`` counts the host's cores; a container or a batch job is usually given fewer,
+through its CPU affinity or a cgroup CPU quota. Layouts are planned with what the process
+actually gets.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _cgroup_quota(root: Path = CGROUP_ROOT) -> float | None:
+    """CPUs allowed by the cgroup's quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), None if unlimited."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        if quota != "max":
+            return int(quota) / int(period)
+        return None
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        if quota_us > 0 and period_us > 0:
+            return quota_us / period_us
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def available_cpus(root: Path = CGROUP_ROOT) -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup CPU quota (rounded up), at least 1.
+
+    Example:
+        >>> available_cpus() <= (os.cpu_count() or 1)
+        True
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_quota(root)
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, cpus)
+
+
+def available_memory(root: Path = CGROUP_ROOT) -> int | None:
+    """Bytes of memory this process may still use: MemAvailable, capped by a cgroup limit; None if unknown."""
+    available = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((root / "memory.current").read_text())
+            left = int(limit) - used
+            available = left if available is None else min(available, left)
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def process_memory(pid: int) -> int | None:
+    """Resident memory of process ``pid`` in bytes (Linux), None if unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def gpu_count() -> int:
+    """CUDA GPUs visible to torch, if torch is already imported (importing it here would cost seconds); else 0."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    try:
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:  # a broken CUDA install: no usable GPU
+        return 0
+
+
+def describe() -> dict[str, object]:
+    """The machine as a layout plan records it."""
+    memory = available_memory()
+    return {
+        "cpus": available_cpus(),
+        "cpu_count": os.cpu_count(),
+        "memory_available_gb": None if memory is None else round(memory / 2**30, 2),
+        "gpus": gpu_count(),
+    }
