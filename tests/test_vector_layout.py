@@ -41,7 +41,7 @@ def test_stage_and_env_id_checks():
 
 
 def test_default_workers_divide_every_stage(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.setattr("fastenv.machine.available_cpus", lambda: 4)  # the CPUs this process may use
     assert default_num_workers(8, 1) == 4
     assert default_num_workers(6, 2) == 3
     assert default_num_workers(10, 1) == 2

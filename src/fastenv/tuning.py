@@ -174,8 +174,8 @@ class CostModel:
     """Predicts the throughput of a layout from ``Costs`` (see the module's docstring).
 
     Example:
-        >>> model = CostModel(Costs(step_wall=0.01, step_cpu=0.01, cpus=2))
-        >>> model.predict(Candidate(2), num_envs=4).bound
+        >>> model = CostModel(Costs(step_wall=0.01, step_cpu=0.01, policy_wall=(0.005, 0.0), cpus=2))
+        >>> model.predict(Candidate(2), num_envs=4).bound   # policy, then 2 envs per worker: no overlap
         'chain'
     """
 
@@ -418,6 +418,7 @@ class TrialRunner:
         trial_seconds: float,
         seed: int,
         vector_options: dict[str, Any],
+        min_cycles: int = 3,
     ) -> None:
         self.env_fns = list(env_fns)
         self.n = len(self.env_fns)
@@ -425,6 +426,7 @@ class TrialRunner:
         self.policy: Callable[[Any], Any] | None = None
         self.cpus = cpus
         self.trial_seconds = trial_seconds
+        self.min_cycles = check_positive_int("min_cycles", min_cycles)
         self.seed = seed
         self.vector_options = vector_options
         self.envs: Any = None
@@ -432,12 +434,14 @@ class TrialRunner:
         self.obs: Any = None
         self.builds = 0
 
-    def _open(self, cand: Candidate, profile: bool = False) -> tuple[Any, float]:
+    def _open(self, cand: Candidate) -> tuple[Any, float]:
         from fastenv.vector.pipeline import PipelineVectorEnv
 
         key = (cand.num_workers, cand.threads_per_worker)
         start = time.perf_counter()
-        if self.envs is None or key != self._key:
+        # Envs sharing one physics world divided its step by the stage count at start: rebuild.
+        rebuild = self.envs is not None and self.envs.shared_physics and self.envs.pipeline_stages != cand.pipeline_stages
+        if self.envs is None or key != self._key or rebuild:
             self.close()
             self.envs = PipelineVectorEnv(
                 self.env_fns,
@@ -445,7 +449,6 @@ class TrialRunner:
                 pipeline_stages=cand.pipeline_stages,
                 threads_per_worker=cand.threads_per_worker,
                 spin_wait=spin_wait_for(cand, self.cpus),
-                profile=profile,
                 **self.vector_options,
             )
             self._key = key
@@ -458,15 +461,17 @@ class TrialRunner:
         return self.envs, time.perf_counter() - start
 
     def run(self, cand: Candidate, profile: bool = False) -> Trial:
-        envs, build_s = self._open(cand, profile)
+        envs, build_s = self._open(cand)
         start = time.perf_counter()
         drive(envs, self.policy, cand, self, seconds=0.0, min_cycles=1)  # warm-up: first renders, a new mode
         if profile:
-            envs.reset_profile()
-        calls, elapsed = drive(envs, self.policy, cand, self, seconds=self.trial_seconds, min_cycles=3)
-        report = envs.profile_report() if profile else None
-        if report is not None:
+            envs.start_profile()
+        calls, elapsed = drive(envs, self.policy, cand, self, seconds=self.trial_seconds, min_cycles=self.min_cycles)
+        report = None
+        if profile:
+            report = envs.profile_report()
             report["calls"] = calls
+            envs.stop_profile()  # later trials on these workers run unprofiled, as every other
         return Trial(cand, calls / elapsed, build_s + time.perf_counter() - start, calls, profile=report)
 
     def measure_policy(self) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -640,6 +645,7 @@ def tune(
     policy_cost: float | tuple[float, float] | None = None,
     max_trials: int = 4,
     trial_seconds: float = 2.0,
+    min_cycles: int = 3,
     space: Sequence[Candidate] | None = None,
     cpus: int | None = None,
     seed: int = 0,
@@ -660,7 +666,8 @@ def tune(
             Neither given: a policy that costs nothing.
         max_trials: layouts measured after the calibration, the threads refinement included
             (more: closer to the grid's best, at more cost).
-        trial_seconds: seconds each layout is timed (at least 3 cycles).
+        trial_seconds: seconds each layout is timed (at least ``min_cycles`` cycles: every env
+            that many calls).
         space: the layouts to choose from (default ``search_space(N, cpus)``).
         cpus: CPUs to plan for (default: what this process may use, cgroup limits included).
         progress: show a progress bar (tqdm) and what each trial measured.
@@ -692,7 +699,10 @@ def tune(
     space = list(space) if space is not None else search_space(n, cpus)
     default = default_candidate(n, cpus)
     if runner is None:
-        runner = TrialRunner(env_fns, policy, policy_cost, cpus=cpus, trial_seconds=trial_seconds, seed=seed, vector_options=dict(vector_options or {}))
+        runner = TrialRunner(
+            env_fns, policy, policy_cost, cpus=cpus, trial_seconds=trial_seconds, seed=seed,
+            vector_options=dict(vector_options or {}), min_cycles=min_cycles,
+        )
     bar = _progress(progress, max_trials + 1)
     trials: list[Trial] = []
     try:
@@ -780,6 +790,7 @@ def grid(
     num_envs: int | None = None,
     policy_cost: Any = None,
     trial_seconds: float = 2.0,
+    min_cycles: int = 3,
     space: Sequence[Candidate] | None = None,
     cpus: int | None = None,
     seed: int = 0,
@@ -791,7 +802,10 @@ def grid(
     n = len(env_fns)
     cpus = machine.available_cpus() if cpus is None else cpus
     space = sorted(space if space is not None else search_space(n, cpus), key=lambda c: (c.num_workers, c.threads_per_worker))
-    runner = TrialRunner(env_fns, policy, policy_cost, cpus=cpus, trial_seconds=trial_seconds, seed=seed, vector_options=dict(vector_options or {}))
+    runner = TrialRunner(
+        env_fns, policy, policy_cost, cpus=cpus, trial_seconds=trial_seconds, seed=seed,
+        vector_options=dict(vector_options or {}), min_cycles=min_cycles,
+    )
     bar = _progress(progress, len(space))
     out = []
     try:
