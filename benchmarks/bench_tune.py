@@ -25,7 +25,6 @@ import argparse
 import functools
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -66,6 +66,7 @@ class Reference:
         self.pending_restart = [False] * num_envs
         self.restarts = [0] * num_workers
         self.seed_base: int | None = None
+        self.compared = 0  # results of the vector env compared with this reference
 
     def _null_keys(self) -> dict:
         if self.chunk is None:
@@ -138,6 +139,7 @@ def check_rows(out, gids, ref: Reference, actions: dict[int, np.ndarray], where:
         info = row_info(infos, pos)
         info.pop("env_ids", None)
         assert_same(info, ref_info, f"{at} info")
+        ref.compared += 1
 
 
 # -- the programs --------------------------------------------------------------------------------
@@ -155,10 +157,14 @@ def wait_dead(pid: int) -> None:
     raise AssertionError(f"process {pid} did not die")
 
 
-def run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, kills: bool, sync: SyncVectorEnv | None) -> None:
-    """Run a drawn program on ``envs`` and ``ref`` side by side, comparing every result."""
+def run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, kills: bool, sync: SyncVectorEnv | None) -> int:
+    """Run a drawn program on ``envs`` and ``ref`` side by side, comparing every result.
+
+    Returns how many env results (resets and steps) were compared.
+    """
     try:
         _run_program(data, envs, ref, rounds=rounds, kills=kills, sync=sync)
+        return ref.compared
     finally:  # a vector env shared by several examples starts each one with nothing in flight
         for stage in range(envs.pipeline_stages):
             if envs._envs[envs.layout.stage_envs(stage)[0]].status and not envs._envs[envs.layout.stage_envs(stage)[0]].by_ids:
@@ -177,6 +183,7 @@ def _run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, 
         ref_obs, ref_info = ref.reset(i, seed + i)
         assert_same({k: v[i] for k, v in obs.items()}, ref_obs, f"reset env {i}")
         assert_same(row_info(infos, i), ref_info, f"reset info {i}")
+        ref.compared += 1
     if sync is not None:
         assert_same((obs, infos), sync.reset(seed=seed), "reset vs SyncVectorEnv")
     modes = ["step", "step", "reset"] + ([] if sync is not None else ["stages", "dynamic", "dynamic"]) + (["kill"] if kills else [])
@@ -262,7 +269,9 @@ def test_vector_env_equals_each_env_run_alone(layout, data):
     envs = PipelineVectorEnv([make] * layout["num_envs"], num_workers=layout["num_workers"], pipeline_stages=layout["stages"], max_restarts=100)
     try:
         ref = Reference(functools.partial(plain_env, layout["max_len"], layout["limit"]), layout["num_envs"], layout["num_workers"], layout["chunk"], layout["gamma"])
-        run_program(data, envs, ref, rounds=data.draw(st.integers(1, 10), label="rounds"), kills=True, sync=None)
+        rounds = data.draw(st.integers(1, 10), label="rounds")
+        compared = run_program(data, envs, ref, rounds=rounds, kills=True, sync=None)
+        assert compared >= layout["num_envs"]  # every env's first reset at least, then each result
     finally:
         envs.close()
 
@@ -276,7 +285,9 @@ def test_whole_steps_equal_gymnasiums_sync_vector_env(layout, data):
     sync = SyncVectorEnv([make] * n, autoreset_mode=AutoresetMode.SAME_STEP)
     try:
         ref = Reference(functools.partial(plain_env, layout["max_len"], layout["limit"]), n, layout["num_workers"], layout["chunk"], layout["gamma"])
-        run_program(data, envs, ref, rounds=data.draw(st.integers(1, 10), label="rounds"), kills=False, sync=sync)
+        rounds = data.draw(st.integers(1, 10), label="rounds")
+        compared = run_program(data, envs, ref, rounds=rounds, kills=False, sync=sync)
+        assert compared >= n  # every env's first reset at least, then each result
     finally:
         envs.close()
         sync.close()

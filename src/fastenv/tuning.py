@@ -637,6 +637,20 @@ def choose_trials(
     return sorted(picks, key=lambda c: (not on_live(c), workers(c)))
 
 
+def _env_fns(env_fn: Callable[[], Any] | Sequence[Callable[[], Any]], num_envs: int | None) -> list[Callable[[], Any]]:
+    """N env constructors from one (with ``num_envs``) or from N; else a clear error."""
+    if callable(env_fn):
+        if num_envs is None:
+            raise ValueError("num_envs is needed with one env constructor")
+        return [env_fn] * check_positive_int("num_envs", num_envs)
+    env_fns = list(env_fn)
+    if num_envs is not None and num_envs != len(env_fns):
+        raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env constructors were given")
+    if not env_fns or not all(callable(fn) for fn in env_fns):
+        raise TypeError("env_fn must be an env constructor or a non-empty sequence of them")
+    return env_fns
+
+
 def tune(
     env_fn: Callable[[], Any] | Sequence[Callable[[], Any]],
     policy: Callable[[Any], Any] | None = None,
@@ -683,17 +697,8 @@ def tune(
         >>> print(plan.summary())
     """
     started = time.perf_counter()
-    if callable(env_fn):
-        if num_envs is None:
-            raise ValueError("num_envs is needed with one env constructor")
-        env_fns = [env_fn] * check_positive_int("num_envs", num_envs)
-    else:
-        env_fns = list(env_fn)
-        if num_envs is not None and num_envs != len(env_fns):
-            raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env constructors were given")
+    env_fns = _env_fns(env_fn, num_envs)
     n = len(env_fns)
-    if not env_fns or not all(callable(fn) for fn in env_fns):
-        raise TypeError("env_fn must be an env constructor or a non-empty sequence of them")
     check_positive_int("max_trials", max_trials)
     cpus = machine.available_cpus() if cpus is None else check_positive_int("cpus", cpus)
     space = list(space) if space is not None else search_space(n, cpus)
@@ -798,9 +803,10 @@ def grid(
     vector_options: dict[str, Any] | None = None,
 ) -> list[Trial]:
     """Measure every layout of ``space`` (the exhaustive baseline ``tune`` is compared with)."""
-    env_fns = [env_fn] * num_envs if callable(env_fn) else list(env_fn)
+    env_fns = _env_fns(env_fn, num_envs)
     n = len(env_fns)
-    cpus = machine.available_cpus() if cpus is None else cpus
+    cpus = machine.available_cpus() if cpus is None else check_positive_int("cpus", cpus)
+    # grouped by workers, so each (W, threads) is built once
     space = sorted(space if space is not None else search_space(n, cpus), key=lambda c: (c.num_workers, c.threads_per_worker))
     runner = TrialRunner(
         env_fns, policy, policy_cost, cpus=cpus, trial_seconds=trial_seconds, seed=seed,

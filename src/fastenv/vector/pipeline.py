@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import multiprocessing as mp
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -190,16 +189,8 @@ class PipelineVectorEnv(VectorEnv):
         self._next_cmd = 0
         self._seed_base: int | None = None
         self._workers = [Worker(i, self.layout.worker_envs(i)) for i in range(self.num_workers)]
-        # Worker groups of the whole batch and of each stage, computed once for the hot path.
-        self._groups: dict[tuple[int, int], list[tuple[Worker, list[int]]]] = {}
-        self._group_ids: dict[tuple[int, int], np.ndarray] = {}
-        self._group_sizes = {self.num_envs, self.layout.stage_size}
         self._all_ids = np.arange(self.num_envs)
-        for ids in [np.arange(self.num_envs)] + [self.layout.stage_envs(k) for k in range(self.pipeline_stages)]:
-            key = (int(ids[0]), len(ids))
-            self._group_ids[key] = ids
-            owners = ids % self.num_workers
-            self._groups[key] = [(wk, ids[owners == wk.index].tolist()) for wk in self._workers]
+        self._cache_groups()
         self.closed = False
         try:
             for worker in self._workers:
@@ -291,6 +282,17 @@ class PipelineVectorEnv(VectorEnv):
     def _ensure_alive(self, worker: Worker) -> None:
         if not self._transport.alive(worker):
             self._restart(worker, f"worker {worker.index} died ({self._transport.describe_exit(worker)})")
+
+    def _cache_groups(self) -> None:
+        """Worker groups of the whole batch and of each stage, computed once for the hot path."""
+        self._groups: dict[tuple[int, int], list[tuple[Worker, list[int]]]] = {}
+        self._group_ids: dict[tuple[int, int], np.ndarray] = {}
+        self._group_sizes = {self.num_envs, self.layout.stage_size}
+        for ids in [self._all_ids] + [self.layout.stage_envs(k) for k in range(self.pipeline_stages)]:
+            key = (int(ids[0]), len(ids))
+            self._group_ids[key] = ids
+            owners = ids % self.num_workers
+            self._groups[key] = [(wk, ids[owners == wk.index].tolist()) for wk in self._workers]
 
     def _split(self, gids: np.ndarray) -> list[tuple[Worker, list[int]]]:
         """``gids`` grouped by worker (cached for the whole batch and for each stage)."""
@@ -594,15 +596,7 @@ class PipelineVectorEnv(VectorEnv):
         if self.shared_physics:
             raise RuntimeError("set_pipeline_stages: these envs share one physics world whose step was divided by the stage count at start; build a new vector env")
         self.layout, self.pipeline_stages = layout, layout.num_stages
-        self._groups = {key: groups for key, groups in self._groups.items() if key == (0, self.num_envs)}
-        self._group_ids = {key: ids for key, ids in self._group_ids.items() if key == (0, self.num_envs)}
-        for k in range(layout.num_stages):
-            ids = layout.stage_envs(k)
-            key = (int(ids[0]), len(ids))
-            self._group_ids[key] = ids
-            owners = ids % self.num_workers
-            self._groups[key] = [(wk, ids[owners == wk.index].tolist()) for wk in self._workers]
-        self._group_sizes = {self.num_envs, layout.stage_size}
+        self._cache_groups()
 
     @profiling.timed
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
