@@ -4,10 +4,13 @@ Tasks: PickCube-v1 with state observations, and with one rgb camera at 64 and 12
 ManiSkill's own env stepped one action at a time (an observation every step) against fastenv's
 CPU env with chunks of 1, 8 and 32 (one observation per chunk). A vector of envs (ManiSkill's
 CPU simulation holds one env per process): Gymnasium's AsyncVectorEnv over the stock env against
-fastenv's vector env (its workers) with chunks of 1, 8 and 32. Configurations are timed in
-interleaved rounds; ratios are medians of per-round ratios. Writes JSON to --out.
+fastenv's vector env (its workers) with chunks of 1, 8 and 32. Resets: is the stock reset the
+long pole of an episode (ms per reset against ms per step, and its share of an episode of
+PickCube's 50 steps)? Configurations are timed in interleaved rounds; ratios are medians of
+per-round ratios. Writes JSON to --out.
 
     python benchmarks/bench_maniskill.py --rounds 3
+    python benchmarks/bench_maniskill.py --parts resets --rounds 3
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, print_table, write_json  # noqa: E402
 
+PARTS = ("single", "vector", "resets")
 TASKS = {  # name: (obs_mode, fastenv keys, camera side)
     "state": ("state", ["state"], None),
     "rgb 64 px": ("rgb", ["base_camera_rgb"], 64),
@@ -111,6 +115,14 @@ def run_vector(envs: Any, actions: np.ndarray, chunk: int | None) -> float:
     return steps / (time.perf_counter() - start)
 
 
+def time_resets(env: gym.Env, count: int, first_seed: int) -> float:
+    """ms per seeded reset, ``count`` of them."""
+    start = time.perf_counter()
+    for i in range(count):
+        env.reset(seed=first_seed + i)
+    return (time.perf_counter() - start) * 1000.0 / count
+
+
 def ratio_rows(samples: dict[str, list[float]], base: str, higher_is_better: bool) -> dict[str, float]:
     """Median over rounds of each config's ratio to ``base`` (how many times faster)."""
     out = {}
@@ -128,20 +140,64 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"of {list(TASKS)}")
+    parser.add_argument("--resets", type=int, default=20, help="resets per task per round")
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     parser.add_argument("--out", default="results/bench_maniskill.json")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.tasks) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {list(TASKS)}")
-
-    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
-
-    from fastenv.backends.maniskill import make_cpu_env
+    if min(args.steps, args.vector_steps) < 32:
+        parser.error(f"--steps and --vector-steps must hold a chunk of 32; got {args.steps} and {args.vector_steps}")
 
     rng = np.random.default_rng(0)
-    payload: dict[str, Any] = {"benchmark": "maniskill_cpu", "rounds": args.rounds, "single": {}, "vector": {}}
+    payload: dict[str, Any] = {"benchmark": "maniskill_cpu", "rounds": args.rounds, "single": {}, "vector": {}, "resets": {}}
+    if "single" in args.parts:
+        payload["single"] = bench_single(args, rng)
+    if "vector" in args.parts:
+        payload["vector"] = bench_vector(args, rng)
+    if "resets" in args.parts:
+        payload["resets"] = bench_resets(args, rng)
+    payload["machine"] = machine()
+    print(f"\nwrote {write_json(args.out, payload)}")
+    return payload
 
-    # -- one env ---------------------------------------------------------------------------------
+
+def bench_resets(args: argparse.Namespace, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """Stock ManiSkill's reset against its step, per task, interleaved over rounds."""
+    print("== stock resets ==", flush=True)
+    envs = {task: stock_env(TASKS[task][0], TASKS[task][2]) for task in args.tasks}
+    actions = rng.uniform(-1, 1, (args.steps, 8)).astype(np.float32)
+    steps: dict[str, list[float]] = {task: [] for task in envs}
+    resets: dict[str, list[float]] = {task: [] for task in envs}
+    for env in envs.values():  # warm-up
+        env.reset(seed=0)
+        run_single(env, actions, None)
+    for r in range(args.rounds):
+        for task, env in envs.items():
+            steps[task].append(run_single(env, actions, None))
+            resets[task].append(time_resets(env, args.resets, r * args.resets))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{t} step {steps[t][-1]:.2f} reset {resets[t][-1]:.2f} ms" for t in envs), flush=True)
+    rows = []
+    for task in envs:
+        step, reset = statistics.median(steps[task]), statistics.median(resets[task])
+        episode = envs[task].spec.max_episode_steps or 50
+        rows.append({
+            "config": task, "ms_per_step": step, "ms_per_reset": reset, "reset_in_steps": reset / step,
+            "episode_steps": episode, "reset_share_of_episode": reset / (reset + episode * step),
+            "samples_step_ms": steps[task], "samples_reset_ms": resets[task],
+        })
+        envs[task].close()
+    print()
+    print_table(rows, [("config", "stock PickCube-v1, CPU", "s"), ("ms_per_step", "ms/step", ".2f"), ("ms_per_reset", "ms/reset", ".2f"),
+                       ("reset_in_steps", "reset in steps", ".1f"), ("reset_share_of_episode", "share of an episode", ".1%")])
+    return rows
+
+
+def bench_single(args: argparse.Namespace, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """One env: stock against fastenv's chunks."""
+    from fastenv.backends.maniskill import make_cpu_env
+
     print("== one env ==", flush=True)
     singles: dict[str, tuple[gym.Env, int | None]] = {}
     for task in args.tasks:
@@ -167,11 +223,17 @@ def main(argv: list[str] | None = None) -> dict:
             rows.append({"config": name, "ms_per_step": statistics.median(values), "x_stock": ratios[name], "samples_ms": values})
     print()
     print_table(rows, [("config", "one env (PickCube-v1, CPU)", "s"), ("ms_per_step", "ms/env step", ".2f"), ("x_stock", "x stock", ".2f")])
-    payload["single"] = rows
     for env, _ in singles.values():
         env.close()
+    return rows
 
-    # -- a vector of envs ------------------------------------------------------------------------
+
+def bench_vector(args: argparse.Namespace, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """A vector of envs: Gymnasium's AsyncVectorEnv of stock envs against fastenv's vector env."""
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+    import fastenv  # noqa: F401  (registers fastenv/ManiSkill-v0)
+
     print(f"\n== {args.num_envs} envs ==", flush=True)
     vectors: dict[str, tuple[Any, int | None]] = {}
     for task in args.tasks:
@@ -204,13 +266,9 @@ def main(argv: list[str] | None = None) -> dict:
             vrows.append({"config": name, "env_steps_per_s": statistics.median(values), "x_stock": ratios[name], "samples": values})
     print()
     print_table(vrows, [("config", f"{args.num_envs} envs ({args.workers} fastenv workers)", "s"), ("env_steps_per_s", "env-steps/s", ".0f"), ("x_stock", "x stock", ".2f")])
-    payload["vector"] = vrows
     for envs, _ in vectors.values():
         envs.close()
-
-    payload["machine"] = machine()
-    print(f"\nwrote {write_json(args.out, payload)}")
-    return payload
+    return vrows
 
 
 if __name__ == "__main__":
