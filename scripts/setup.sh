@@ -26,7 +26,7 @@ python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 case ",$extras," in
-  # torch==2.13.0 is the CPU wheel; an unpinned torch would pull several GB of CUDA packages.
+  # torch pinned; PyTorch's CPU index (PIP_EXTRA_INDEX_URL) gives the CPU wheel instead of CUDA packages.
   *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
 esac
 .venv/bin/python -m pip install -q -e ".[$extras]"
