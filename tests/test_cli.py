@@ -32,6 +32,8 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
     assert [r["config"].split(" ")[0] for r in rows] == names
     assert all(run["env_steps"] >= 32 for r in rows for run in r["rounds"]) and all(r["ms_per_env_step"] > 0 for r in rows)
     assert rows[0]["speedup_vs_default"] == 1.0
+    # stock, slim and chunked: the five chunked configurations of a round share one vector env
+    assert payload["vector_env_builds"] == 3 * payload["config"]["rounds"]
     # where the time goes: fastenv's profiler for fastenv's configurations
     for row in rows[1:]:
         b = row["breakdown_ms_per_env_step"]

@@ -269,23 +269,33 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
     chosen = [v for v in variants(cfg) if only is None or v.name.split(" ")[0] in only]
     samples: dict[str, list[dict[str, Any]]] = {v.name: [] for v in chosen}
     vec = None
+    builds = 0
     try:
         os.sched_setaffinity(0, policy_cores)  # env processes pin themselves to env_cores
         device = _device(cfg.device, policy_cores)
         total = cfg.steps * cfg.num_envs * len(chosen) * cfg.rounds
         with tqdm(total=total, unit="step", desc="fastenv bench", mininterval=1.0) as progress:
             for r in range(cfg.rounds):
+                built = None
                 for variant in chosen:
                     progress.set_postfix_str(f"round {r + 1}/{cfg.rounds}: {variant.name}")
-                    # Fresh env processes for every run (building is not timed): robosuite's hard
-                    # resets leak memory (GBs over a few hundred), and a LIBERO env holds about a
-                    # GB, so only one vector env is alive at a time.
-                    vec = _build(cfg, variant.build, env_cores)
+                    # One vector env per kind of build and round (building is not timed): the
+                    # chunked configurations differ only in how they are driven and in the modes
+                    # run_variant sets, so they share one. Fresh env processes every round, and
+                    # only one vector env alive at a time: robosuite's hard resets leak memory
+                    # (GBs over a few hundred), and a LIBERO env holds about a GB.
+                    if built != variant.build:
+                        if vec is not None:
+                            vec.close()
+                            vec = None
+                        vec, built = _build(cfg, variant.build, env_cores), variant.build
+                        builds += 1
                     space = vec.single_observation_space
                     torch.manual_seed(cfg.seed)
                     chunk = cfg.chunk if variant.build == "chunked" else 1
                     policy = ChunkPolicy(space[IMAGE_KEY].shape, space[STATE_KEY].shape[0], chunk, 7).to(device).eval()
                     samples[variant.name].append(run_variant(cfg, variant, vec, policy, device, progress))
+                if vec is not None:
                     vec.close()
                     vec = None
     finally:
@@ -299,6 +309,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
         "policy_device": str(device),
         "policy_cores": policy_cores,
         "env_cores": env_cores,
+        "vector_env_builds": builds,  # one per kind of build (stock, slim, chunked) and round
         "episode_lengths": episode_lengths(cfg),
         "results": rows,
         "machine": {
