@@ -281,6 +281,22 @@ class CountdownEnv(gym.Env):
         return np.array([float(self.t)]), float(self.t), done and self.terminate, done and not self.terminate, {"t": self.t}
 
 
+class DictCountdownEnv(CountdownEnv):
+    """CountdownEnv with a dict observation ``{"t": [steps since reset]}``."""
+
+    def __init__(self, length: int = 1, terminate: bool = False) -> None:
+        super().__init__(length, terminate)
+        self.observation_space = spaces.Dict({"t": self.observation_space})
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return {"t": obs}, info
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return ({"t": obs}, *rest)
+
+
 def make_chunked_fake(chunk: int = 3, gamma: float | None = 0.5, terminate_at: int | None = None, truncate_at: int | None = 7):
     """A SimEnv over FakeAdapter in fastenv's stack: chunked, sub-steps skip observations."""
     import fastenv
@@ -322,3 +338,55 @@ def make_sleepy_env(chunk: int = 3, length: int = 6):
     from fastenv import SimEnv
 
     return fastenv.wrap(SimEnv(SleepyAdapter(length)), chunk=chunk)
+
+
+def record_action(action: Any) -> Any:
+    """An action exactly as received: (type name, dtype, a copy of its values), leaf by leaf."""
+    if isinstance(action, dict):
+        return {key: record_action(value) for key, value in action.items()}
+    if isinstance(action, tuple):
+        return tuple(record_action(value) for value in action)
+    return (type(action).__name__, np.asarray(action).dtype.str, np.array(action, copy=True))
+
+
+class ActionRecorderEnv(gym.Env):
+    """Keeps every action it receives (``record_action``) in ``received``; truncates after ``length`` steps."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, action_space: spaces.Space | None = None, length: int = 3) -> None:
+        self.action_space = action_space if action_space is not None else spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float64)
+        self.length = length
+        self.received: list[Any] = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0]), {}
+
+    def step(self, action):
+        self.received.append(record_action(action))
+        self.t += 1
+        return np.array([float(self.t)]), 0.0, False, self.t >= self.length, {}
+
+
+class NoisyEnv(RandomLengthEnv):
+    """RandomLengthEnv that draws from its seeded generator on every step too (noise, ``info["draw"]``).
+
+    Its trajectory depends on every draw before it, so a skipped, repeated or re-seeded step
+    shows. ``raise_at`` makes its step with that index (counted over episodes) raise.
+    """
+
+    def __init__(self, max_len: int = 6, raise_at: int | None = None) -> None:
+        super().__init__(max_len=max_len)
+        self.raise_at = raise_at
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.raise_at:
+            raise RuntimeError(f"NoisyEnv failed on purpose at step {self.steps}")
+        noise = self.np_random.normal(0.0, 0.1, 3).astype(np.float32)
+        obs, reward, terminated, truncated, info = super().step(np.asarray(action, np.float32) + noise)
+        return obs, reward, terminated, truncated, {**info, "draw": float(self.np_random.random())}

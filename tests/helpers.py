@@ -54,3 +54,69 @@ def lift_step_keys(infos, n):
             add_info(out, {"final_obs": infos["final_obs"][i], "final_info": final}, i, n)
         add_info(out, top, i, n)
     return out
+
+
+def step_every_env(envs, actions, how, max_batch=2):
+    """Step every env of a PipelineVectorEnv once, by ``how``: "step", "stage" or "env_ids".
+
+    ``actions`` is the batch of all envs (arrays, or dicts / tuples of them).
+
+    A ``WorkerError`` is caught and what it delivers kept. Returns ({env: (obs, reward,
+    terminated, truncated, info)} of the envs that got a result, [the WorkerErrors raised]).
+    """
+    from fastenv.core.arrays import get_row, take_rows
+    from fastenv.core.infos import row_info
+    from fastenv.vector import WorkerError
+
+    got, errors = {}, []
+
+    def collect(call, ids=None):
+        try:
+            obs, reward, terminated, truncated, infos = call()
+            valid = np.ones(len(reward), dtype=bool)
+        except WorkerError as err:
+            errors.append(err)
+            if getattr(err, "results", None) is None:  # it delivered nothing
+                return
+            (obs, reward, terminated, truncated, infos), valid, ids = err.results, err.valid, err.env_ids
+        ids = infos["env_ids"] if ids is None else ids
+        for pos, gid in enumerate(np.asarray(ids).tolist()):
+            if valid[pos]:
+                info = row_info(infos, pos)
+                info.pop("env_ids", None)
+                got[gid] = (get_row(obs, pos), reward[pos], terminated[pos], truncated[pos], info)
+
+    if how == "step":
+        collect(lambda: envs.step(actions), np.arange(envs.num_envs))
+    elif how == "stage":
+        stages = range(envs.pipeline_stages)
+        for k in stages:
+            envs.send(take_rows(actions, envs.layout.stage_envs(k)), stage=k)
+        for k in stages:
+            collect(lambda k=k: envs.recv(stage=k), envs.layout.stage_envs(k))
+    else:
+        order = np.arange(envs.num_envs)[::-1]
+        envs.send(take_rows(actions, order), env_ids=order)
+        while len(envs.in_flight()):
+            collect(lambda: envs.recv(max_batch=max_batch))
+    return got, errors
+
+
+class Alone:
+    """One env stepped by itself, as a one-env ``SyncVectorEnv(SAME_STEP)``: the reference of one env's transitions."""
+
+    def __init__(self, make, seed):
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+        from fastenv.core.arrays import get_row
+
+        self.sync = SyncVectorEnv([make], autoreset_mode=AutoresetMode.SAME_STEP)
+        self.obs = get_row(self.sync.reset(seed=seed)[0], 0)
+
+    def step(self, action):
+        from fastenv.core.arrays import get_row
+        from fastenv.core.infos import row_info
+
+        obs, reward, terminated, truncated, infos = self.sync.step(np.asarray(action)[None])
+        self.obs = get_row(obs, 0)
+        return self.obs, reward[0], terminated[0], truncated[0], row_info(infos, 0)

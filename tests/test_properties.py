@@ -9,7 +9,9 @@ time limits, the schedule (whole steps, pipeline stages in any order, dynamic ba
 Every observation, reward, flag, final observation and info is compared exactly; whole-step
 programs are also compared with Gymnasium's ``SyncVectorEnv(SAME_STEP)`` itself, layout included.
 
-``FASTENV_EXAMPLES`` sets the number of examples (CI runs the default).
+The layout-independence test runs envs that draw from their generators on every step, in every
+layout and schedule, against each env alone. ``FASTENV_EXAMPLES`` sets the number of examples of
+the suites, ``FASTENV_LAYOUT_EXAMPLES`` that of the layout test (CI runs the defaults).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from fakes import RandomLengthEnv
+from fakes import NoisyEnv, RandomLengthEnv
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same, lift_step_keys
 from hypothesis import HealthCheck, given, settings
@@ -157,6 +159,16 @@ def wait_dead(pid: int) -> None:
     raise AssertionError(f"process {pid} did not die")
 
 
+def drain(envs: PipelineVectorEnv) -> None:
+    """Receive whatever is still in flight, so the next example starts with nothing in flight."""
+    for stage in range(envs.pipeline_stages):
+        first = envs._envs[envs.layout.stage_envs(stage)[0]]
+        if first.status and not first.by_ids:
+            envs.recv(stage=stage)
+    while len(envs.in_flight()):
+        envs.recv()
+
+
 def run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, kills: bool, sync: SyncVectorEnv | None) -> int:
     """Run a drawn program on ``envs`` and ``ref`` side by side, comparing every result.
 
@@ -166,11 +178,7 @@ def run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, k
         _run_program(data, envs, ref, rounds=rounds, kills=kills, sync=sync)
         return ref.compared
     finally:  # a vector env shared by several examples starts each one with nothing in flight
-        for stage in range(envs.pipeline_stages):
-            if envs._envs[envs.layout.stage_envs(stage)[0]].status and not envs._envs[envs.layout.stage_envs(stage)[0]].by_ids:
-                envs.recv(stage=stage)
-        while len(envs.in_flight()):
-            envs.recv()
+        drain(envs)
 
 
 def _run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, kills: bool, sync: SyncVectorEnv | None) -> None:
@@ -317,3 +325,110 @@ def libero_pair():
 def test_libero_vector_env_equals_each_env_run_alone(libero_pair, data):
     envs, ref = libero_pair
     run_program(data, envs, ref, rounds=data.draw(st.integers(2, 4), label="rounds"), kills=False, sync=None)
+
+
+# -- layout independence ---------------------------------------------------------------------------
+LAYOUT_ENVS = 4
+
+
+@pytest.fixture(scope="module")
+def noisy_vector_envs():
+    """A vector env of 4 ``NoisyEnv`` per worker count, built on first use (stages are set per example)."""
+    built: dict[int, PipelineVectorEnv] = {}
+
+    def get(workers: int) -> PipelineVectorEnv:
+        if workers not in built:
+            built[workers] = PipelineVectorEnv([NoisyEnv] * LAYOUT_ENVS, num_workers=workers)
+        return built[workers]
+
+    yield get
+    for envs in built.values():
+        envs.close()
+
+
+@settings(
+    max_examples=int(os.environ.get("FASTENV_LAYOUT_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=bool(os.environ.get("CI")),
+)
+@given(data=st.data())
+def test_an_envs_trajectory_is_the_same_in_every_layout(noisy_vector_envs, data):
+    """Any W, any S, whole steps, stages received in any order while others step, envs sent and
+    received one by one in whatever order they finish: each env's trajectory (observations,
+    rewards, flags, infos, final observations) is that of the env alone. The envs draw from their
+    own generators on every reset and step, seeded by reset(seed=...), unseeded on autoreset."""
+    n = LAYOUT_ENVS
+    workers = data.draw(st.sampled_from([1, 2, 4]), label="workers")
+    stages = data.draw(st.sampled_from([s for s in (1, 2, 4) if n % (workers * s) == 0]), label="stages")
+    envs = noisy_vector_envs(workers)
+    envs.set_pipeline_stages(stages)
+    ref = Reference(NoisyEnv, n, workers, None, None)
+    segments = data.draw(
+        st.lists(st.tuples(st.sampled_from(["step", "stages", "dynamic", "reset"]), st.integers(1, 4)), min_size=1, max_size=4),
+        label="segments",
+    )
+    # Env i's k-th action is table[k, i] whichever schedule sends it (so timing changes no draw).
+    table = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="action seed")).uniform(-1, 1, (17, n, 3)).astype(np.float32)
+    count = [0] * n
+    sent: dict[int, np.ndarray] = {}
+
+    def send(ids, **where):
+        for i in ids:
+            sent[i], count[i] = table[count[i], i], count[i] + 1
+        envs.send(np.stack([sent[i] for i in ids]), **where)
+
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    try:
+        obs, infos = envs.reset(seed=seed)
+        for i in range(n):
+            ref_obs, ref_info = ref.reset(i, seed + i)
+            assert_same({k: v[i] for k, v in obs.items()}, ref_obs, f"reset env {i}")
+            assert_same(row_info(infos, i), ref_info, f"reset info {i}")
+        for s, (mode, rounds) in enumerate(segments):
+            if mode == "step":
+                for r in range(rounds):
+                    actions = np.stack([table[count[i], i] for i in range(n)])
+                    for i in range(n):
+                        count[i] += 1
+                    check_rows(envs.step(actions), range(n), ref, dict(enumerate(actions)), f"segment {s} step {r}")
+            elif mode == "stages":  # each stage is sent again as soon as it is received
+                for k in data.draw(st.permutations(range(stages)), label="send order"):
+                    send(envs.layout.stage_envs(k).tolist(), stage=k)
+                for r in range(rounds):
+                    for k in data.draw(st.permutations(range(stages)), label="recv order"):
+                        ids = envs.layout.stage_envs(k).tolist()
+                        check_rows(envs.recv(stage=k), ids, ref, sent, f"segment {s} round {r} stage {k}")
+                        if r < rounds - 1:
+                            send(ids, stage=k)
+            elif mode == "dynamic":  # each env is sent again as soon as it is received, `rounds` steps each
+                order = data.draw(st.permutations(range(n)), label="send order")
+                split = data.draw(st.integers(1, n), label="first send")
+                send(order[:split], env_ids=order[:split])
+                if split < n:
+                    send(order[split:], env_ids=order[split:])
+                schedule = data.draw(st.lists(st.tuples(st.integers(1, n), st.sampled_from([None, 0.0, 0.002])), min_size=4, max_size=4), label="recv schedule")
+                left, calls = dict.fromkeys(range(n), rounds), 0
+                while len(envs.in_flight()):
+                    max_batch, timeout = schedule[calls % len(schedule)]
+                    calls += 1
+                    out = envs.recv(max_batch=max_batch, timeout=timeout)
+                    got = out[4]["env_ids"].tolist()
+                    check_rows(out, got, ref, sent, f"segment {s} recv {calls}")
+                    again = [i for i in got if left[i] > 1]
+                    for i in got:
+                        left[i] -= 1
+                    if again:
+                        send(again, env_ids=again)
+                assert not any(left.values())
+            else:  # unseeded: each reset env goes on with its own generator
+                mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="reset mask"))
+                mask[data.draw(st.integers(0, n - 1), label="surely reset")] = True
+                obs, infos = envs.reset(options={"reset_mask": mask})
+                for i in np.flatnonzero(mask).tolist():
+                    ref_obs, ref_info = ref.reset(i, None)
+                    assert_same({k: v[i] for k, v in obs.items()}, ref_obs, f"segment {s} reset env {i}")
+                    assert_same(row_info(infos, i), ref_info, f"segment {s} reset info {i}")
+        assert ref.compared == sum(count)  # every step of every env was compared
+    finally:
+        drain(envs)

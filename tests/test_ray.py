@@ -1,6 +1,7 @@
 """The vector env on Ray: a real local cluster (a head and a second node, on loopback)."""
 
 import os
+import re
 import signal
 
 import gymnasium as gym
@@ -9,10 +10,11 @@ import pytest
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "fastenv[ray]")')
 
-from fakes import GateEnv, RandomLengthEnv  # noqa: E402
+from fakes import ActionRecorderEnv, GateEnv, NoisyEnv, RandomLengthEnv  # noqa: E402
 from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
-from helpers import assert_same, without_legacy_keys  # noqa: E402
+from helpers import Alone, assert_same, step_every_env, without_legacy_keys  # noqa: E402
 
+from fastenv.core.arrays import get_row  # noqa: E402
 from fastenv.vector import PipelineVectorEnv, WorkerError  # noqa: E402
 
 
@@ -140,15 +142,52 @@ def test_stuck_actor_is_replaced_after_step_timeout(cluster, tmp_path):
         envs.close()
 
 
-def test_exception_in_an_actor_is_raised_with_its_traceback(cluster):
-    envs = ray_envs([lambda: GateEnv(raise_at=2)] * 2, num_workers=2)
+def test_exception_in_an_actor_is_raised_with_its_traceback_and_the_other_envs_results(cluster):
+    # Env 0 raises on its second step; env 1 (the other actor) goes on without a reset, and its
+    # transitions are those of the env stepped alone: none skipped.
+    envs = ray_envs([lambda: NoisyEnv(raise_at=2), NoisyEnv], num_workers=2)
+    try:
+        envs.reset(seed=3)
+        alone = Alone(NoisyEnv, 4)
+        seen, want = [], []
+        rng = np.random.default_rng(0)
+        for t, how in enumerate(["step", "step", "env_ids", "step", "env_ids"]):
+            actions = rng.uniform(-1, 1, (2, 3)).astype(np.float32)
+            got, errors = step_every_env(envs, actions, how)
+            want.append(alone.step(actions[1]))
+            if 1 in got:
+                seen.append(got[1])
+            if t == 1:
+                assert len(errors) == 1
+                assert re.search(r"(?s)env 0 raised in worker 0: RuntimeError: NoisyEnv failed on purpose at step 2\n\(envs \[0\] have no result.*Traceback", str(errors[0]))
+                obs, _ = envs.reset(options={"reset_mask": np.array([True, False])})
+                assert_same(get_row(obs, 1), alone.obs, "env 1 after the reset")  # its newest observation
+            else:
+                assert errors == []
+        for k, (a, b) in enumerate(zip(seen, want)):
+            assert_same(a, b, f"env 1 transition {k}")
+        assert len(seen) == len(want)
+    finally:
+        envs.close()
+
+
+def test_each_env_receives_its_action_row_unchanged_on_ray(cluster):
+    sync = SyncVectorEnv([ActionRecorderEnv] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = ray_envs([ActionRecorderEnv] * 2, num_workers=2)
     try:
         envs.reset(seed=0)
-        envs.step(np.zeros((2, 1)))
-        with pytest.raises(WorkerError, match=r"(?s)RuntimeError: GateEnv failed on purpose at step 2.*Traceback"):
-            envs.step(np.zeros((2, 1)))
-        obs, _ = envs.reset(seed=0)
-        assert obs.shape == (2, 1)
+        sync.reset(seed=0)
+        rng = np.random.default_rng(0)
+        # float64 that float32 cannot hold, float32, and int64 (sent along with the command)
+        for t, dtype in enumerate([np.float64, np.float32, np.int64, np.float64]):
+            actions = (rng.uniform(-1, 1, (2, 3)) + 1e-9).astype(dtype)
+            sync.step(actions)
+            assert step_every_env(envs, actions, ("step", "env_ids")[t % 2])[1] == []
+        received = envs.apply(lambda env: env.unwrapped.received)
+        for i, (got, ref) in enumerate(zip(received, (env.unwrapped.received for env in sync.envs))):
+            assert len(got) == len(ref) == 4
+            for k, (a, b) in enumerate(zip(got, ref)):
+                assert_same(a, b, f"env {i} action {k}")
     finally:
         envs.close()
 

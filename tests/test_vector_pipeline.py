@@ -1,5 +1,6 @@
 """PipelineVectorEnv on fake envs: Gymnasium equivalence, stage API, dynamic batching, failures."""
 
+import functools
 import os
 import signal
 from pathlib import Path
@@ -7,11 +8,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from fakes import CountdownEnv, GateEnv, RandomLengthEnv, make_chunked_fake, make_shared_world_env
-from helpers import assert_same, without_legacy_keys
+from fakes import CountdownEnv, GateEnv, NoisyEnv, RandomLengthEnv, make_chunked_fake, make_shared_world_env
+from helpers import Alone, assert_same, step_every_env, without_legacy_keys
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
+from fastenv.core.arrays import get_row
 from fastenv.vector import PipelineVectorEnv, WorkerError
 
 SAME_STEP = AutoresetMode.SAME_STEP
@@ -237,15 +239,25 @@ def test_close_is_idempotent_and_leaves_nothing_behind():
 
 
 def test_exception_inside_a_worker_is_raised_with_its_traceback_and_nothing_leaks():
-    with PipelineVectorEnv([lambda: GateEnv(raise_at=3)] * 4, num_workers=2) as envs:
+    # Env 0 raises on its third step; worker 0 steps envs 0 and 2 as one batch, worker 1 envs 1 and 3.
+    fns = [lambda: GateEnv(raise_at=3), GateEnv, GateEnv, GateEnv]
+    with PipelineVectorEnv(fns, num_workers=2) as envs:
         pids = envs.worker_pids
         envs.reset(seed=0)
         envs.step(np.zeros((4, 1)))
         envs.step(np.zeros((4, 1)))
-        with pytest.raises(WorkerError, match=r"(?s)env 0 raised in worker 0: RuntimeError: GateEnv failed on purpose at step 3.*worker traceback.*Traceback"):
+        with pytest.raises(WorkerError, match=r"(?s)env 0 raised in worker 0: RuntimeError: GateEnv failed on purpose at step 3.*worker traceback.*Traceback") as caught:
             envs.step(np.zeros((4, 1)))
-        obs, _ = envs.reset(seed=0)  # usable again after a reset
-        assert obs.shape == (4, 1)
+        # Only the failed envs are reset: envs 1 and 3 stay where that step took them.
+        obs, _ = envs.reset(options={"reset_mask": np.array([True, False, True, False])})
+        assert obs[:, 0].tolist() == [0.0, 3.0, 0.0, 3.0]
+        err = caught.value
+        obs, reward, term, trunc, infos = err.results
+        assert err.failed_env_ids.tolist() == [0, 2] and err.valid.tolist() == [False, True, False, True]
+        assert obs[:, 0].tolist() == [2.0, 3.0, 2.0, 3.0]  # envs 1 and 3 stepped; 0 and 2: what the caller last saw
+        assert reward.tolist() == [0.0, 1.0, 0.0, 1.0] and not term.any() and not trunc.any() and infos == {}
+        obs, reward, *_ = envs.step(np.zeros((4, 1)))
+        assert obs[:, 0].tolist() == [1.0, 4.0, 1.0, 4.0] and reward.tolist() == [1.0] * 4
     assert not set(pids) & set(child_pids())
     assert fastenv_segments() == []
 
@@ -522,8 +534,130 @@ def test_the_env_that_raised_is_named_and_the_others_of_its_batch_have_no_result
     with PipelineVectorEnv(fns, num_workers=2) as envs:  # worker 0 steps envs 0 and 2 as one batch
         envs.reset(seed=0)
         envs.step(np.zeros((4, 1)))
-        with pytest.raises(WorkerError, match=r"(?s)env 2 raised in worker 0: RuntimeError: GateEnv failed on purpose at step 2\n\(envs \[0, 2\] have no result"):
+        with pytest.raises(WorkerError, match=r"(?s)env 2 raised in worker 0: RuntimeError: GateEnv failed on purpose at step 2\n\(envs \[0, 2\] have no result") as caught:
             envs.step(np.zeros((4, 1)))
-        obs, _ = envs.reset(seed=0)
-        _, reward, *_ = envs.step(np.zeros((4, 1)))
-        assert reward.tolist() == [1.0] * 4
+        message = str(caught.value).split("--- worker traceback ---")[0]
+        assert "env 1" not in message and "env 3" not in message and "[0, 2]" in message
+        assert "reset_mask" in message  # how to continue
+        err = caught.value
+        assert err.failed_env_ids.tolist() == [0, 2] and err.env_ids.tolist() == [0, 1, 2, 3]
+        obs, reward, *_ = err.results
+        assert obs[:, 0].tolist() == [1.0, 2.0, 1.0, 2.0] and reward.tolist() == [0.0, 1.0, 0.0, 1.0]
+        with pytest.raises(RuntimeError, match=r"step\(\): envs \[0, 2\] have no result of their last step .*reset them first"):
+            envs.step(np.zeros((4, 1)))
+        assert len(envs.in_flight()) == 0  # refused before anything was sent
+        obs, _ = envs.reset(seed=0, options={"reset_mask": np.array([True, False, True, False])})
+        assert obs[:, 0].tolist() == [0.0, 2.0, 0.0, 2.0]
+        obs, reward, *_ = envs.step(np.zeros((4, 1)))
+        assert obs[:, 0].tolist() == [1.0, 3.0, 1.0, 3.0] and reward.tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize("how", ["step", "stage", "env_ids"])
+def test_a_worker_error_delivers_the_other_envs_transitions_and_skips_none(how):
+    # Env 2 raises on its third step. Envs draw from their generators on every step, so a
+    # transition the caller did not get, or a step repeated, changes everything after it.
+    fns = [NoisyEnv, NoisyEnv, lambda: NoisyEnv(raise_at=3), NoisyEnv]
+    # Worker 0 steps envs 0 and 2 as one batch in step(); a stage (2, 3) or an env_ids send steps env 2 alone.
+    failed = [0, 2] if how == "step" else [2]
+    with PipelineVectorEnv(fns, num_workers=2, pipeline_stages=2 if how == "stage" else 1) as envs:
+        envs.reset(seed=7)
+        alone = {i: Alone(NoisyEnv, 7 + i) for i in range(4)}
+        seen = {i: [] for i in range(4)}  # what the caller got of each env, in order
+        want = {i: [] for i in range(4)}  # the same env stepped by itself with the same actions
+        rng = np.random.default_rng(0)
+        for t in range(7):
+            actions = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+            # max_batch=4: the recv that raises holds every env, the healthy ones too
+            got, errors = step_every_env(envs, actions, how, max_batch=4)
+            for i in range(4):
+                if i in got:
+                    seen[i].append(got[i])
+                if i not in failed or t != 2:
+                    want[i].append(alone[i].step(actions[i]))
+            if t != 2:
+                assert errors == []
+                continue
+            assert len(errors) == 1 and f"(envs {failed} have no result" in str(errors[0])
+            error = errors[0]
+            # Only the failed envs are reset (seeded anew); the others go on from the step that raised.
+            after_reset, _ = envs.reset(seed=100, options={"reset_mask": np.isin(np.arange(4), failed)})
+            for i in failed:
+                alone[i] = Alone(NoisyEnv, 100 + i)
+                seen[i], want[i] = [], []
+            newest = {i: alone[i].obs for i in range(4)}
+        for i in range(4):
+            for k, (a, b) in enumerate(zip(seen[i], want[i])):
+                assert_same(a, b, f"env {i} transition {k}")
+            assert len(seen[i]) == len(want[i]), f"env {i}: {len(seen[i])} transitions, {len(want[i])} stepped"
+        for i in range(4):  # the reset returned the healthy envs' newest observation
+            assert_same(get_row(after_reset, i), newest[i], f"env {i}'s observation after the reset")
+        assert error.failed_env_ids.tolist() == failed
+        assert error.valid.tolist() == [i not in failed for i in error.env_ids.tolist()]
+
+_BOX = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+ACTION_SPACES = {
+    "box": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+    "discrete": gym.spaces.Discrete(5),
+    "dict": gym.spaces.Dict({"arm": _BOX, "grip": gym.spaces.Discrete(2), "gear": gym.spaces.Box(0, 9, (2,), np.int64)}),
+    "tuple": gym.spaces.Tuple((_BOX, gym.spaces.MultiDiscrete([3, 4]))),
+    "chunk": None,  # ActionChunk(chunk=2) over the Box env: actions (2, 3)
+}
+# Per round, the dtype a caller gives float leaves / integer leaves in. float64 values are drawn
+# so that float32 cannot hold them; int64 for a float Box and float64 for an integer Box are
+# dtypes the shared buffers cannot hold exactly (they travel with the step command).
+FLAVOURS = [(np.float64, np.int64), (np.float32, np.int32), (np.float16, np.uint8), (np.int64, np.int16), (np.float64, np.float64)]
+
+
+def _recorder(name):
+    from fakes import ActionRecorderEnv
+
+    from fastenv import ActionChunk
+
+    if name == "chunk":
+        return ActionChunk(ActionRecorderEnv(), chunk=2)
+    return ActionRecorderEnv(ACTION_SPACES[name])
+
+
+def _leaf_actions(space, n, flavour, rng):
+    if isinstance(space, gym.spaces.Dict):
+        return {key: _leaf_actions(sub, n, flavour, rng) for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_leaf_actions(sub, n, flavour, rng) for sub in space.spaces)
+    floats, ints = flavour
+    shape = (n, *space.shape)
+    if isinstance(space, gym.spaces.Box) and space.dtype.kind == "f":
+        if np.dtype(floats).kind != "f":
+            return rng.integers(-1, 2, shape).astype(floats)
+        return (rng.uniform(-1, 1, shape) + 1e-9).astype(floats)  # float64: not a float32 value
+    if isinstance(space, gym.spaces.Box):  # an integer Box; floats given for it stay floats
+        return (rng.integers(0, 9, shape) + (0.5 if np.dtype(ints).kind == "f" else 0)).astype(ints)
+    if np.dtype(ints).kind == "f":
+        ints = np.int64  # Discrete actions must be integers (refused otherwise)
+    high = space.n if isinstance(space, gym.spaces.Discrete) else space.nvec
+    return (rng.integers(0, 2**31, shape) % high).astype(ints)
+
+
+@pytest.mark.parametrize("name", list(ACTION_SPACES))
+def test_each_env_receives_its_action_row_unchanged_as_in_sync_vector_env(name):
+    """An env gets the caller's dtype and exact values, whichever way it is stepped.
+
+    Numpy arrays only: a list of Python ints for a Discrete reaches the env as np.int64, where
+    SyncVectorEnv passes the ints themselves.
+    """
+    make = functools.partial(_recorder, name)
+    sync = SyncVectorEnv([make] * 4, autoreset_mode=SAME_STEP)
+    with PipelineVectorEnv([make] * 4, num_workers=2, pipeline_stages=2) as envs:
+        envs.reset(seed=0)
+        sync.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for r in range(2 * len(FLAVOURS)):
+            actions = _leaf_actions(envs.single_action_space, 4, FLAVOURS[r % len(FLAVOURS)], rng)
+            sync.step(actions)
+            how = ("step", "stage", "env_ids")[r % 3]
+            _, errors = step_every_env(envs, actions, how)
+            assert errors == []
+        received = envs.apply(lambda env: env.unwrapped.received)
+        for i, (got, ref) in enumerate(zip(received, (env.unwrapped.received for env in sync.envs))):
+            assert len(got) == len(ref) > 0
+            for k, (a, b) in enumerate(zip(got, ref)):
+                assert_same(a, b, f"env {i} action {k}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,24 @@ def check_action(action: Any, space: spaces.Space, what: str = "action") -> Any:
 
 
 def check_batch_actions(actions: Any, space: spaces.Space, count: int, what: str = "actions") -> Any:
-    """Check a batch of ``count`` actions of ``space``; Box/Discrete batches are returned as arrays."""
+    """Check a batch of ``count`` actions of ``space``; returned as arrays (dicts / tuples of them).
+
+    Arrays keep the caller's dtype: SyncVectorEnv hands each env its row unchanged.
+    """
+    if isinstance(space, spaces.Dict):
+        # Leaf by leaf, as at the top level: Space.contains would refuse a float64 batch for a
+        # float32 Box, which SyncVectorEnv passes on as it is.
+        if not isinstance(actions, Mapping):
+            raise ValueError(f"{what} must be a dict with the keys {list(space.spaces)}, got {type(actions).__name__}")
+        missing = [key for key in space.spaces if key not in actions]
+        if missing:
+            raise ValueError(f"{what} must have the keys {list(space.spaces)}, got {list(actions)} (missing {missing})")
+        return {key: check_batch_actions(actions[key], sub, count, f"{what}[{key!r}]") for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(actions, (tuple, list)) or len(actions) != len(space.spaces):
+            got = f"{type(actions).__name__} of {len(actions)}" if isinstance(actions, (tuple, list)) else type(actions).__name__
+            raise ValueError(f"{what} must be a tuple of {len(space.spaces)} batches, got {got}")
+        return tuple(check_batch_actions(a, sub, count, f"{what}[{i}]") for i, (a, sub) in enumerate(zip(actions, space.spaces)))
     if isinstance(space, spaces.Box):
         return check_real_array(actions, (count, *space.shape), what)
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):

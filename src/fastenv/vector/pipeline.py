@@ -23,6 +23,7 @@ from fastenv.vector import worker as w
 from fastenv.core.arrays import get_row, put_rows, take_rows
 from fastenv.core.infos import add_info, step_keys, with_legacy_final_keys
 from fastenv.vector.layout import Layout
+from fastenv.vector.shared import holds_exactly, leaf_items, leaf_specs
 from fastenv.vector.transport import ProcessTransport, Transport, Worker, WorkerError
 
 IDLE, PENDING, READY = 0, 1, 2  # no action in flight / action sent / result arrived, not yet received
@@ -84,6 +85,13 @@ class PipelineVectorEnv(VectorEnv):
     collects that stage, so the policy can run on one stage while the others step.
     ``send(actions, env_ids=ids)`` with ``recv(max_batch=B, timeout=T)`` serves whichever envs are
     ready first. Autoreset is SAME_STEP with ``infos["final_obs"]``/``["final_info"]``.
+
+    Each env receives its action row as SyncVectorEnv hands it on: a numpy array's dtype and
+    values unchanged (float64 rows for a float32 Box stay float64). Other inputs (lists, Python
+    scalars, tensors) are converted with ``np.asarray`` first, so an env gets e.g. ``np.int64``
+    where SyncVectorEnv would pass a Python int. When an env raises, ``step``/``recv`` raise
+    ``WorkerError`` carrying the results of the envs that did step (``.results``, rows where
+    ``.valid``); the envs without one (``.failed_env_ids``) must be reset before they step again.
 
     Args:
         env_fns: constructors of the N envs (run inside the workers, never forked).
@@ -185,6 +193,7 @@ class PipelineVectorEnv(VectorEnv):
 
         self._envs = [_EnvState() for _ in range(self.num_envs)]
         self._ready_queue: deque[int] = deque()  # envs sent with env_ids whose results arrived, in order
+        self._failed: set[int] = set()  # envs that lost their state in a worker error: reset before stepping
         self._commands: dict[int, _Command] = {}
         self._next_cmd = 0
         self._seed_base: int | None = None
@@ -262,6 +271,10 @@ class PipelineVectorEnv(VectorEnv):
             arrays, self.single_observation_space, self.single_action_space
         )
         self._last_obs = take_rows(self._obs, slice(None))  # what the caller last saw, per env
+        specs = leaf_specs(self.single_action_space, "actions")
+        self._action_leaves = {path: arrays[path] for path, _, _ in specs}  # in their wide dtypes
+        self._action_dtypes = {path: dtype for path, _, dtype in specs}
+        self._action_dtype = specs[0][2] if specs[0][0] == "actions" else None  # a space of one leaf
 
     def _attach(self, worker: Worker) -> None:
         self._transport.attach(worker, self.single_observation_space, self.single_action_space)
@@ -304,15 +317,16 @@ class PipelineVectorEnv(VectorEnv):
             groups = [(wk, mine) for wk, mine in groups if mine]
         return groups
 
-    def _dispatch_steps(self, gids: np.ndarray, per_env: bool) -> None:
-        """Send step commands (one per worker) for ``gids``, whose actions are in shared memory."""
+    def _dispatch_steps(self, gids: np.ndarray, per_env: bool, dtypes: dict[str, Any] | None) -> None:
+        """Send step commands (one per worker) for ``gids``, whose actions are in shared memory
+        (``dtypes``: how they were given, from ``_write_actions``)."""
         for gid in gids.tolist():
             env = self._envs[gid]
             env.status, env.by_ids = PENDING, per_env
         for worker, mine in self._split(gids):
-            self._send_step(worker, mine, per_env)
+            self._send_step(worker, mine, per_env, dtypes)
 
-    def _send_step(self, worker: Worker, gids: list[int], per_env: bool) -> None:
+    def _send_step(self, worker: Worker, gids: list[int], per_env: bool, dtypes: dict[str, Any] | None = None) -> None:
         restarts = {}
         for gid in gids:
             env = self._envs[gid]
@@ -321,8 +335,10 @@ class PipelineVectorEnv(VectorEnv):
                 # episode reported truncated, marked worker_restarted (a transition that did not happen).
                 env.restart = Restart.RESULT
                 restarts[gid] = self._restart_seed(gid, worker.restarts)
+        if dtypes is not None:  # rows sent along with the command: this worker's only
+            dtypes = {path: given if isinstance(given, np.dtype) else given[gids] for path, given in dtypes.items()}
         cmd = self._new_command(worker, w.STEP, list(gids), per_env)
-        if not self._send(worker, (w.STEP, cmd, tuple(gids), restarts, per_env)):
+        if not self._send(worker, (w.STEP, cmd, tuple(gids), restarts, per_env, dtypes)):
             self._restart(worker, f"worker {worker.index} could not be reached")
 
     def _restart_seed(self, gid: int, restarts: int) -> int | None:
@@ -470,18 +486,14 @@ class PipelineVectorEnv(VectorEnv):
                 self._send_step(worker, gids, per_env)
 
     # -- results --------------------------------------------------------------------------------
-    def _gather(self, gids: np.ndarray, rows: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def _gather(self, gids: np.ndarray, rows: Any, with_ids: bool = False) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """The results of ``gids`` (at ``rows`` of the arrays); they become idle.
+
+        If some have none (an env raised in their worker), the others' results are delivered
+        inside the ``WorkerError`` raised.
+        """
         records = [self._envs[gid] for gid in gids.tolist()]
-        failed = [gid for gid, env in zip(gids.tolist(), records) if env.error is not None]
-        if failed:
-            text, tb, origin = self._envs[failed[0]].error
-            for env in records:
-                env.status, env.error = IDLE, None
-            raise WorkerError(
-                f"env {origin} raised in worker {origin % self.num_workers}: {text}\n"
-                f"(envs {failed} have no result: reset them to continue)\n"
-                f"--- worker traceback ---\n{tb}"
-            )
+        failed = [pos for pos, env in enumerate(records) if env.error is not None]
         obs = take_rows(self._obs, rows)
         rewards = self._rewards[rows].copy()
         terminations = self._terminations[rows].copy()
@@ -491,6 +503,8 @@ class PipelineVectorEnv(VectorEnv):
         per_env = self.info_format == "per_env"
         for pos, (gid, env) in enumerate(zip(gids.tolist(), records)):
             env.status = IDLE
+            if env.error is not None:
+                continue
             if env.restart == Restart.RESULT:
                 # The action was never run: report the episode cut where the caller last saw it.
                 env.restart = Restart.NONE
@@ -503,24 +517,84 @@ class PipelineVectorEnv(VectorEnv):
                 add_info(infos, {"final_obs": get_row(self._final_obs, gid), "final_info": _PerEnv(env.final) if per_env else env.final}, pos, size)
             if env.info:
                 add_info(infos, env.info, pos, size)
+        for pos in failed:  # no result: what the caller last saw, nothing happened
+            put_rows(obs, pos, get_row(self._last_obs, int(gids[pos])))
+            rewards[pos], terminations[pos], truncations[pos] = 0.0, False, False
         put_rows(self._last_obs, rows, obs)
         if "final_info" in infos and per_env:
             infos["final_info"] = np.array([None if f is None else f.info for f in infos["final_info"]], dtype=object)
-        return obs, rewards, terminations, truncations, with_legacy_final_keys(infos)
+        if with_ids:
+            infos["env_ids"] = gids
+        result = (obs, rewards, terminations, truncations, with_legacy_final_keys(infos))
+        if failed:
+            raise self._step_error(gids, failed, records, result)
+        return result
+
+    def _step_error(self, gids: np.ndarray, failed: list[int], records: list[_EnvState], result: tuple) -> WorkerError:
+        """The error of a step in which envs raised, carrying the other envs' results."""
+        failed_ids = np.sort(gids[failed])
+        errors: dict[int, tuple[str, str]] = {}  # the first error of each env that raised
+        for pos in failed:
+            text, tb, origin = records[pos].error
+            errors.setdefault(origin, (text, tb))
+            records[pos].error = None
+        self._failed.update(failed_ids.tolist())
+        (origin, (text, tb)), *others = errors.items()
+        also = "".join(f"(also env {o} in worker {o % self.num_workers}: {t})\n" for o, (t, _) in others)
+        valid = np.ones(len(gids), dtype=bool)
+        valid[failed] = False
+        return WorkerError(
+            f"env {origin} raised in worker {origin % self.num_workers}: {text}\n{also}"
+            f"(envs {failed_ids.tolist()} have no result: reset them to continue, "
+            f"reset(options={{'reset_mask': mask}}); the other envs stepped: their results are this "
+            f"error's .results, rows where .valid)\n"
+            f"--- worker traceback ---\n{tb}",
+            failed_env_ids=failed_ids,
+            results=result,
+            env_ids=gids.copy(),
+            valid=valid,
+        )
 
     # -- public API -----------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("this vector env is closed")
 
-    def _check_idle(self, gids: np.ndarray, what: str) -> None:
+    def _check_idle(self, gids: np.ndarray, what: str, stepping: bool = True) -> None:
         busy = [gid for gid in gids.tolist() if self._envs[gid].status != IDLE]
         if busy:
             raise RuntimeError(f"{what}: envs {busy} still have actions in flight; recv() them first")
+        if stepping and self._failed:
+            lost = sorted(self._failed.intersection(gids.tolist()))
+            if lost:
+                raise RuntimeError(
+                    f"{what}: envs {lost} have no result of their last step (a worker error): "
+                    "reset them first, reset(options={'reset_mask': mask})"
+                )
 
-    def _write_actions(self, actions: Any, gids: np.ndarray, rows: Any) -> None:
+    def _write_actions(self, actions: Any, gids: np.ndarray, rows: Any) -> dict[str, Any] | None:
+        """Put the actions in shared memory; returns how the workers hand them on (``action_rows``).
+
+        None when every leaf has the space's dtype; else, for each leaf that has not, the caller's
+        dtype, or its rows (by env id) where the leaf's wide dtype cannot hold them exactly.
+        """
         actions = check_batch_actions(actions, self.single_action_space, len(gids))
-        put_rows(self._actions, rows, actions)
+        if self._action_dtype is not None and actions.dtype == self._action_dtype:  # the hot path
+            self._actions[rows] = actions
+            return None
+        dtypes: dict[str, Any] = {}
+        for path, leaf in leaf_items(self.single_action_space, actions, "actions"):
+            buffer = self._action_leaves[path]
+            if leaf.dtype == self._action_dtypes[path]:
+                buffer[rows] = leaf
+            elif holds_exactly(buffer.dtype, leaf.dtype):
+                buffer[rows] = leaf
+                dtypes[path] = leaf.dtype
+            else:  # e.g. int64 for a float Box: the rows go with the step command instead
+                carried = np.empty((self.num_envs, *leaf.shape[1:]), leaf.dtype)
+                carried[rows] = leaf
+                dtypes[path] = carried
+        return dtypes or None
 
     @profiling.timed
     def send(self, actions: Any, *, stage: int | None = None, env_ids: Sequence[int] | None = None) -> None:
@@ -534,13 +608,13 @@ class PipelineVectorEnv(VectorEnv):
         if stage is not None:
             gids = self.layout.stage_envs(stage)
             self._check_idle(gids, f"send(stage={stage})")
-            self._write_actions(actions, gids, slice(gids[0], gids[-1] + 1))
-            self._dispatch_steps(gids, per_env=False)
+            dtypes = self._write_actions(actions, gids, slice(gids[0], gids[-1] + 1))
+            self._dispatch_steps(gids, False, dtypes)
         else:
             gids = self.layout.check_env_ids(env_ids)
             self._check_idle(gids, "send(env_ids=...)")
-            self._write_actions(actions, gids, gids)
-            self._dispatch_steps(gids, per_env=True)
+            dtypes = self._write_actions(actions, gids, gids)
+            self._dispatch_steps(gids, True, dtypes)
 
     @profiling.timed
     def recv(
@@ -577,9 +651,7 @@ class PipelineVectorEnv(VectorEnv):
             self._wait(lambda: len(self._ready_queue) >= 1)
         self._pump_arrived()  # whatever else finished meanwhile goes in this batch too
         gids = np.array([self._ready_queue.popleft() for _ in range(min(batch, len(self._ready_queue)))], dtype=np.int64)
-        result = self._gather(gids, gids)
-        result[4]["env_ids"] = gids
-        return result
+        return self._gather(gids, gids, with_ids=True)
 
     def set_pipeline_stages(self, stages: int) -> None:
         """Regroup the envs into ``stages`` pipeline stages (workers and episodes stay as they are).
@@ -604,8 +676,8 @@ class PipelineVectorEnv(VectorEnv):
         self._check_open()
         gids = self._all_ids
         self._check_idle(gids, "step()")
-        self._write_actions(actions, gids, slice(None))
-        self._dispatch_steps(gids, per_env=False)
+        dtypes = self._write_actions(actions, gids, slice(None))
+        self._dispatch_steps(gids, False, dtypes)
         self._wait(self._all_ready(gids.tolist()))
         return self._gather(gids, slice(None))
 
@@ -637,7 +709,7 @@ class PipelineVectorEnv(VectorEnv):
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one env")
         gids = np.flatnonzero(mask)
-        self._check_idle(gids, "reset()")
+        self._check_idle(gids, "reset()", stepping=False)
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             self._seed_base = int(seed)
         for worker, mine in self._split(gids):
@@ -662,6 +734,8 @@ class PipelineVectorEnv(VectorEnv):
             if env.error is not None:
                 errors[gid] = env.error
             env.status, env.error, env.restart, env.info, env.final = IDLE, None, Restart.NONE, _EMPTY, None
+        self._failed.difference_update(gids.tolist())
+        self._failed.update(errors)  # an env whose reset raised has no state to step from either
         if errors or failures:
             text, tb, _ = next(iter(errors.values())) if errors else (failures[0], "", None)
             raise WorkerError(f"reset failed for envs {sorted(errors) or '?'}: {text}\n{tb}")

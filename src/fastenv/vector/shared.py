@@ -27,6 +27,31 @@ def leaf_specs(space: spaces.Space, prefix: str) -> list[tuple[str, tuple[int, .
     )
 
 
+def leaf_items(space: spaces.Space, value: Any, prefix: str) -> list[tuple[str, Any]]:
+    """(path, leaf) of a value structured as ``space``, in ``leaf_specs`` order."""
+    if isinstance(space, spaces.Dict):
+        return [item for key, sub in space.spaces.items() for item in leaf_items(sub, value[key], f"{prefix}/{key}")]
+    if isinstance(space, spaces.Tuple):
+        return [item for i, sub in enumerate(space.spaces) for item in leaf_items(sub, value[i], f"{prefix}/{i}")]
+    return [(prefix, value)]
+
+
+def wide_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype an action leaf of ``dtype`` is moved in: float64 for floats, int64 for integers.
+
+    Wide enough to hold the actions callers give (float32 or float64 for a float32 Box, int32 or
+    int64 for a Discrete) exactly, so the env gets them in the caller's dtype (``holds_exactly``).
+    """
+    return np.dtype(np.float64) if np.dtype(dtype).kind == "f" else np.dtype(np.int64)
+
+
+def holds_exactly(wide: np.dtype, dtype: np.dtype) -> bool:
+    """True when every value of ``dtype`` survives a round trip through ``wide`` (a ``wide_dtype``)."""
+    if wide.kind == "f":  # float64 has 53 bits of mantissa: no 64-bit integer, no longdouble
+        return (dtype.kind == "f" and dtype.itemsize <= 8) or (dtype.kind in "biu" and dtype.itemsize <= 4)
+    return dtype.kind in "bi" or (dtype.kind == "u" and dtype.itemsize <= 4)
+
+
 def structure(space: spaces.Space, arrays: Mapping[str, np.ndarray], prefix: str) -> Any:
     """Arrange leaf arrays back into the space's structure (dict / tuple / array)."""
     if isinstance(space, spaces.Dict):

@@ -24,7 +24,30 @@ from fastenv.vector.shared import SharedArrays
 
 
 class WorkerError(RuntimeError):
-    """An env raised inside a worker (the message carries the worker's traceback)."""
+    """An env raised inside a worker (the message carries the worker's traceback).
+
+    Raised by ``step``/``recv``, it also carries what the other envs of the call produced:
+    ``results`` are the usual (obs, rewards, terminations, truncations, infos) of every env asked
+    for (``env_ids``, in the call's order), valid where ``valid`` is True. The other rows belong to
+    ``failed_env_ids`` (the env that raised and the envs its worker stepped in the same batch),
+    which have no result: their observation is the last one the caller saw, reward 0, no flags, no
+    info; reset them to continue. Other failures leave these attributes None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failed_env_ids: np.ndarray | None = None,
+        results: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] | None = None,
+        env_ids: np.ndarray | None = None,
+        valid: np.ndarray | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.failed_env_ids = failed_env_ids
+        self.results = results
+        self.env_ids = env_ids
+        self.valid = valid
 
 
 @dataclass

@@ -25,7 +25,7 @@ from fastenv.core.batch import EnvBatch
 from fastenv.core.executor import Executor
 from fastenv.wrappers.action import ActionChunk
 from fastenv.vector.profiling import ProfileRequest, TimedBatch, Timings
-from fastenv.vector.shared import SharedArrays, leaf_specs, structure
+from fastenv.vector.shared import SharedArrays, leaf_items, leaf_specs, structure, wide_dtype
 
 # Commands (main -> worker); replies (worker -> main) start with the same word, or "error".
 STEP, RESET, CALL, SET_ATTR, ATTACH, CLOSE = "step", "reset", "call", "set_attr", "attach", "close"
@@ -57,6 +57,10 @@ class WorkerCore:
         self.envs = [fn() for fn in env_fns]
         self.batch, self.executor = batch_executor(self.envs)
         self._index = [np.array([j]) for j in range(len(self.envs))]  # each env as a batch of one row
+        self.action_space = self.envs[0].action_space
+        self.action_dtypes = {path: dtype for path, _, dtype in leaf_specs(self.action_space, "actions")}
+        plain = not isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        self._action_dtype = self.action_dtypes["actions"] if plain else None  # one leaf: cast without walking
 
     def describe(self, pipeline_stages: int) -> dict[str, Any]:
         """Spaces and capabilities, after rescaling shared physics for the pipeline."""
@@ -89,17 +93,18 @@ class WorkerCore:
         self.obs, self.final_obs, self.actions = obs, final_obs, actions
         self.rewards, self.terminations, self.truncations = rewards, terminations, truncations
 
-    def step(self, gids: Sequence[int]) -> list[tuple[int, dict, dict | None]]:
+    def step(self, gids: Sequence[int], dtypes: dict[str, Any] | None = None) -> list[tuple[int, dict, dict | None]]:
         """Step envs ``gids`` with their action rows, as one batch (autoreset where done).
 
-        Returns (gid, info, final_info or None) per env. When an env raises, the exception goes
-        on and ``batch.failed_row`` says which env it was.
+        ``dtypes`` says per action leaf how the caller gave it (see ``action_rows``). Returns
+        (gid, info, final_info or None) per env. When an env raises, the exception goes on and
+        ``batch.failed_row`` says which env it was.
         """
         local = [self.local[gid] for gid in gids]
         rows = [self.rows[j] for j in local]
         out_rows = np.array(rows)
         self.batch.failed_row = -1
-        out = self.executor.step(np.array(local), take_rows(self.actions, out_rows))
+        out = self.executor.step(np.array(local), self.action_rows(out_rows, dtypes))
         self.rewards[out_rows] = out.rewards
         self.terminations[out_rows] = out.terminated
         self.truncations[out_rows] = out.truncated
@@ -112,6 +117,27 @@ class WorkerCore:
             put_rows(self.obs, row, out.obs[i])
             replies.append((gid, out.infos[i], final))
         return replies
+
+    def action_rows(self, rows: np.ndarray, dtypes: dict[str, Any] | None) -> Any:
+        """The actions of ``rows`` exactly as the caller gave them, as SyncVectorEnv hands them on.
+
+        The shared buffers hold every leaf in a wide dtype; ``dtypes`` maps a leaf's path to the
+        caller's dtype when it is not the space's, or to the rows themselves (aligned with
+        ``rows``) when the wide dtype could not hold them exactly. None: the space's dtypes.
+        """
+        batch = take_rows(self.actions, rows)
+        if dtypes is None and self._action_dtype is not None:  # the hot path: one leaf, the space's dtype
+            return batch.astype(self._action_dtype, copy=False)
+        leaves = {}
+        for path, leaf in leaf_items(self.action_space, batch, "actions"):
+            given = None if dtypes is None else dtypes.get(path)
+            if given is None:
+                leaves[path] = leaf.astype(self.action_dtypes[path], copy=False)
+            elif isinstance(given, np.dtype):
+                leaves[path] = leaf.astype(given, copy=False)
+            else:
+                leaves[path] = given
+        return structure(self.action_space, leaves, "actions")
 
     def reset_one(self, gid: int, seed: int | None, options: dict | None) -> dict:
         j = self.local[gid]
@@ -226,7 +252,7 @@ def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> No
     """Carry out one command, sending its replies (one per env for per-env steps)."""
     kind = message[0]
     if kind == STEP:
-        _, cmd, gids, restarts, per_env = message
+        _, cmd, gids, restarts, per_env, dtypes = message
         replies = []
         for gid in gids:
             if gid in restarts:
@@ -244,7 +270,7 @@ def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> No
         stepped = [gid for gid in gids if gid not in restarts]
         for batch in ([gid] for gid in stepped) if per_env else ([stepped] if stepped else []):
             try:
-                entries = core.step(batch)
+                entries = core.step(batch, dtypes_for(dtypes, gids, batch))
             except Exception as exc:  # every env of the batch fails: none has a result
                 send(error_message(cmd, batch, exc, core))
                 continue
@@ -277,6 +303,15 @@ def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> No
             send(error_message(cmd, [None], exc))
     else:
         raise ValueError(f"unknown command {kind!r}")
+
+
+def dtypes_for(dtypes: dict[str, Any] | None, gids: Sequence[int], batch: list[int]) -> dict[str, Any] | None:
+    """A step command's action ``dtypes`` for ``batch``, part of its ``gids`` (rows sent along are cut to it)."""
+    if dtypes is None or all(isinstance(given, np.dtype) for given in dtypes.values()):
+        return dtypes
+    position = {gid: i for i, gid in enumerate(gids)}
+    index = [position[gid] for gid in batch]
+    return {path: given if isinstance(given, np.dtype) else given[index] for path, given in dtypes.items()}
 
 
 def error_message(cmd: int, gids: Sequence[int | None], exc: BaseException, core: WorkerCore | None = None) -> tuple:
@@ -346,10 +381,10 @@ def buffers(arrays: dict[str, np.ndarray], obs_space: Any, act_space: Any) -> tu
 
 
 def array_specs(obs_space: Any, act_space: Any) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-    """Every array a vector env moves, laid out from its spaces."""
+    """Every array a vector env moves, laid out from its spaces (actions in their ``wide_dtype``)."""
     return (
         leaf_specs(obs_space, "obs")
         + leaf_specs(obs_space, "final_obs")
-        + leaf_specs(act_space, "actions")
+        + [(path, shape, wide_dtype(dtype)) for path, shape, dtype in leaf_specs(act_space, "actions")]
         + [("rewards", (), np.dtype(np.float64)), ("terminations", (), np.dtype(np.bool_)), ("truncations", (), np.dtype(np.bool_))]
     )
