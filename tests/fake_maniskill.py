@@ -3,7 +3,16 @@
 It mirrors the API surface fastenv's backend uses (mani-skill 3.0.1): ``_step_action`` calls
 ``agent.set_action`` and then runs the physics; the agent has a ``controller`` with per-env
 tensors and a ``robot`` articulation with drive targets; ``get_info``, ``get_reward``,
-``get_obs`` (which captures the sensors), ``reset(options={"env_idx"})``, ``scene.set_timestep``.
+``get_obs`` (which captures the sensors), ``reset(options={"env_idx"})``, ``scene.set_timestep``;
+the spaces, ``metadata`` and ``elapsed_steps`` that ManiSkill's own ``ManiSkillVectorEnv`` and
+``TimeLimitWrapper`` read, so the stock wrappers run over it as the reference.
+
+Seeding is BaseEnv's (3.0.1), copied: ``_set_main_rng``/``_set_episode_rng`` keep one seed and
+one ``BatchedRNG`` entry per env, a seed list replaces them all; a seeded (or
+``enhanced_determinism``) reset draws from torch's generator seeded with ``_episode_seed[0]``,
+jointly for the reset envs (as ``torch.rand((b, ...))`` in PickCube), an unseeded one from torch's
+global generator; the start height is drawn per env from ``_batched_episode_rng[env_idx]`` (as
+PegInsertionSide's sizes). Construction resets with seeds 2022 + i, as BaseEnv's.
 
 Its controller is absolute, like ManiSkill's ``pd_joint_pos``: an action is a velocity target,
 kept until the next action, so a substituted zero action is visible (the env stops) while a held
@@ -69,10 +78,57 @@ class FakeAgent:
         self.controller.set_action(action)
 
 
+class BatchedRNG:
+    """mani_skill.envs.utils.randomization.batched_rng.BatchedRNG: one RandomState per env."""
+
+    def __init__(self, rngs: list) -> None:
+        self.rngs = list(rngs)
+        self.batch_size = len(self.rngs)
+
+    @classmethod
+    def from_seeds(cls, seeds) -> "BatchedRNG":
+        return cls([np.random.RandomState(seed) for seed in seeds])
+
+    @classmethod
+    def from_rngs(cls, rngs) -> "BatchedRNG":
+        return cls(rngs)
+
+    def __getitem__(self, idx):
+        idx = np.asarray(idx.cpu() if hasattr(idx, "cpu") else idx)
+        if idx.ndim:
+            return BatchedRNG.from_rngs([self.rngs[i] for i in idx])
+        return self.rngs[int(idx)]
+
+    def __setitem__(self, idx, value) -> None:
+        idx = np.asarray(idx.cpu() if hasattr(idx, "cpu") else idx)
+        if idx.ndim:
+            for i, v in zip(idx, value.rngs if isinstance(value, BatchedRNG) else value):
+                self.rngs[i] = v
+        else:
+            self.rngs[int(idx)] = value
+
+    def uniform(self, *args, **kwargs) -> np.ndarray:
+        return np.array([rng.uniform(*args, **kwargs) for rng in self.rngs])
+
+    def randint(self, *args, **kwargs) -> np.ndarray:
+        return np.array([rng.randint(*args, **kwargs) for rng in self.rngs])
+
+
+def _space_of(obs, unbatched: bool = False):
+    """gym_utils.convert_observation_to_space, for tensors."""
+    if isinstance(obs, dict):
+        return spaces.Dict({k: _space_of(v, unbatched) for k, v in obs.items()})
+    dtype = np.dtype(str(obs.dtype).replace("torch.", ""))
+    low, high = (-np.inf, np.inf) if dtype.kind == "f" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    return spaces.Box(low, high, tuple(obs.shape[1:] if unbatched else obs.shape), dtype)
+
+
 class FakeManiSkillEnv(gym.Env):
     STEP = 0.5  # the action tests send: each active sub-step moves an env by STEP * timestep
 
-    def __init__(self, num_envs: int = 4, obs_mode: str = "rgb+depth+state", max_goal: int = 9, render_mode=None) -> None:
+    def __init__(
+        self, num_envs: int = 4, obs_mode: str = "rgb+depth+state", max_goal: int = 9, render_mode=None, enhanced_determinism: bool = False
+    ) -> None:
         self.num_envs = num_envs
         self.device = torch.device("cpu")
         self.obs_mode = obs_mode
@@ -93,8 +149,21 @@ class FakeManiSkillEnv(gym.Env):
         self._elapsed_steps = torch.zeros(num_envs, dtype=torch.int32)
         self.renders: list[tuple[str, ...]] = []
         self.physics_targets: list[torch.Tensor] = []
-        self.gen = torch.Generator().manual_seed(0)
         self._viewer = None
+        self.metadata = {"render_modes": ["rgb_array"]}  # an instance dict: ManiSkillVectorEnv updates it
+        self._enhanced_determinism = enhanced_determinism
+        self.reconfiguration_freq = 0  # BaseEnv's default with many envs: partial resets allowed
+        self._main_seed = None
+        self._batched_episode_rng = None
+        self._set_main_rng([2022 + i for i in range(num_envs)])
+        obs, _ = self.reset(seed=[2022 + i for i in range(num_envs)])
+        self.single_observation_space = _space_of(obs, unbatched=True)
+        self.observation_space = _space_of(obs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+
+    @property
+    def elapsed_steps(self):
+        return self._elapsed_steps
 
     @property
     def unwrapped(self):
@@ -116,7 +185,8 @@ class FakeManiSkillEnv(gym.Env):
 
     def get_info(self):
         success = self.pos[:, 0] >= self.goal
-        return {"success": success, "fail": torch.zeros(self.num_envs, dtype=torch.bool), "elapsed_steps": self._elapsed_steps}
+        # on the GPU ManiSkill reports a copy of its (all-env) step counter
+        return {"elapsed_steps": self._elapsed_steps.clone(), "success": success, "fail": torch.zeros(self.num_envs, dtype=torch.bool)}
 
     def get_reward(self, obs, action, info):
         return -self.pos.norm(dim=1)
@@ -135,19 +205,63 @@ class FakeManiSkillEnv(gym.Env):
                 data[cam]["depth"] = self.pos[:, 1:2, None, None].expand(-1, 4, 4, 1).to(torch.int16)
         return {"state": state, "sensor_data": data, "sensor_param": {}}
 
+    # -- BaseEnv.reset, _set_main_rng and _set_episode_rng of mani-skill 3.0.1 (no reconfiguration) --
     def reset(self, seed=None, options=None):
         options = options or {}
-        idx = options.get("env_idx", torch.arange(self.num_envs))
-        if seed is not None:
-            self.gen.manual_seed(int(seed[0] if isinstance(seed, list) else seed))
-        idx = torch.as_tensor(idx)
-        self.pos[idx] = 0.0
-        steps = torch.randint(2, self.max_goal + 1, (len(idx),), generator=self.gen)
-        self.goal_steps[idx] = steps
-        self.goal[idx] = self.goal_after(steps)
-        self._elapsed_steps[idx] = 0
+        env_idx = torch.as_tensor(options["env_idx"]) if "env_idx" in options else torch.arange(self.num_envs)
+        self._set_main_rng(seed)
+        self._set_episode_rng(seed, env_idx)
+        self._elapsed_steps[env_idx] = 0
+        if seed is not None or self._enhanced_determinism:
+            with torch.random.fork_rng():
+                torch.manual_seed(int(self._episode_seed[0]))
+                self._initialize_episode(env_idx)
+        else:
+            self._initialize_episode(env_idx)
         info = self.get_info()
-        return self.get_obs(info), info
+        obs = self.get_obs(info)
+        info["reconfigure"] = False
+        return obs, info
+
+    def _set_main_rng(self, seed):
+        if seed is None:
+            if self._main_seed is not None:
+                return
+            seed = np.random.RandomState().randint(2**31, size=(self.num_envs,))
+        if not np.iterable(seed):
+            seed = [seed]
+        self._main_seed = seed
+        self._main_rng = np.random.RandomState(self._main_seed[0])
+        if len(self._main_seed) == 1 and self.num_envs > 1:
+            self._main_seed = self._main_seed + np.random.RandomState(self._main_seed[0]).randint(2**31, size=(self.num_envs - 1,)).tolist()
+        self._batched_main_rng = BatchedRNG.from_seeds(self._main_seed)
+
+    def _set_episode_rng(self, seed, env_idx):
+        if seed is not None or self._enhanced_determinism:
+            env_idx = np.asarray(env_idx)
+            if seed is None:
+                self._episode_seed[env_idx] = self._batched_main_rng[env_idx].randint(2**31)
+            else:
+                if not np.iterable(seed):
+                    seed = [seed]
+                self._episode_seed = np.asarray(seed, dtype=np.int64)
+                if len(self._episode_seed) == 1 and self.num_envs > 1:
+                    self._episode_seed = np.concatenate(
+                        (self._episode_seed, np.random.RandomState(self._episode_seed[0]).randint(2**31, size=(self.num_envs - 1,)))
+                    )
+            if seed is not None or self._batched_episode_rng is None:
+                self._batched_episode_rng = BatchedRNG.from_seeds(self._episode_seed)
+            else:
+                self._batched_episode_rng[env_idx] = BatchedRNG.from_seeds(self._episode_seed[env_idx])
+            self._episode_rng = self._batched_episode_rng[0]
+
+    def _initialize_episode(self, env_idx):
+        b = len(env_idx)
+        steps = torch.randint(2, self.max_goal + 1, (b,))  # torch's generator, jointly for the b envs
+        self.goal_steps[env_idx] = steps
+        self.goal[env_idx] = self.goal_after(steps)
+        self.pos[env_idx] = 0.0
+        self.pos[env_idx, 2] = torch.as_tensor(self._batched_episode_rng[env_idx].uniform(-1, 1), dtype=torch.float32)
 
     def step(self, action):
         """BaseEnv.step, for the stock reference."""

@@ -192,6 +192,34 @@ def test_only_kept_cameras_are_captured_and_no_human_render_camera_is_built(monk
         stock.close()
 
 
+def test_a_digital_twins_green_screen_is_kept_when_only_rgb_is_read(tmp_path):
+    # ManiSkill's digital twins compose their rgb from the segmentation (a green screen over a real
+    # image): fastenv keeps capturing segmentation for that when only rgb is kept, or its rgb
+    # would be the raw render, not the stock env's.
+    cv2 = pytest.importorskip("cv2", reason="ManiSkill's digital twins read their overlay with OpenCV")
+    overlay = tmp_path / "overlay.png"
+    cv2.imwrite(str(overlay), np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    # no domain randomization: it draws camera poses from torch's global generator on every step
+    kwargs = dict(obs_mode="rgb+segmentation", domain_randomization=False)
+    env = ours("SO100GraspCube-v1", ["base_camera_rgb"], chunk=2, greenscreen_overlay_path=str(overlay), **kwargs)
+    stock = stock_env("SO100GraspCube-v1", greenscreen_overlay_path=str(overlay), **kwargs)
+    plain = stock_env("SO100GraspCube-v1", **kwargs)
+    try:
+        obs, _ = env.reset(seed=1)
+        raw, _ = stock.reset(seed=1)
+        assert_obs(obs, stock_obs(raw, ["base_camera_rgb"]), ["base_camera_rgb"], "reset")
+        assert not np.array_equal(obs["base_camera_rgb"], stock_obs(plain.reset(seed=1)[0], ["base_camera_rgb"])["base_camera_rgb"])
+        actions = np.random.default_rng(5).uniform(-1, 1, (3, 2, *stock.action_space.shape)).astype(np.float32)
+        for c, chunk in enumerate(actions):
+            obs, *_ = env.step(chunk)
+            for action in chunk:
+                raw, *_ = stock.step(action)
+            assert_obs(obs, stock_obs(raw, ["base_camera_rgb"]), ["base_camera_rgb"], f"chunk {c}")
+    finally:
+        for e in (env, stock, plain):
+            e.close()
+
+
 def test_state_only_builds_no_camera():
     env = ms.make_cpu_env("PickCube-v1", modalities=["state"], chunk=4)
     try:

@@ -189,14 +189,30 @@ class _Selection:
                 f"obs_mode={obs_mode_for(keys, self.cameras)!r} or use gym.make('fastenv/ManiSkill-v0', modalities=...)"
             )
         wanted = {split_key(k, self.cameras) for k in keys} - {None}
+        cameras, textures = {c for c, _ in wanted}, {t for _, t in wanted}
+        overlaid = self._overlaid_cameras()
+        if overlaid and "rgb" in textures and (cameras & overlaid or "segmentation" in textures):
+            # ManiSkill's digital twins green-screen these cameras' rgb with their segmentation, and
+            # read every one of them whenever rgb and segmentation are both captured.
+            cameras |= overlaid
+            textures.add("segmentation")
         # Sensors nobody reads are not captured; textures nobody reads are not requested.
-        self.base._sensors = {uid: s for uid, s in self.sensors.items() if uid in {c for c, _ in wanted}}
+        self.base._sensors = {uid: s for uid, s in self.sensors.items() if uid in cameras}
         visual = getattr(self.base.obs_mode_struct, "visual", None)
-        for texture in self.textures:
-            setattr(visual, texture, any(t == texture for _, t in wanted))
+        for texture, built in self.textures.items():
+            setattr(visual, texture, built and texture in textures)
         if self.state is not None and wanted:  # (a state-only obs mode has no struct to narrow)
             self.base.obs_mode_struct.state = "state" in keys
         return tuple(keys)
+
+    def _overlaid_cameras(self) -> set[str]:
+        """The cameras whose rgb ManiSkill overlays on a green screen (digital twins), if it does."""
+        base = self.base
+        if getattr(base, "rgb_overlay_mode", "none") == "none" or not getattr(base, "rgb_overlay_paths", None):
+            return set()
+        if not (self.textures.get("rgb") and self.textures.get("segmentation")):
+            return set()  # the obs mode captures no segmentation: ManiSkill overlays nothing either
+        return set(base.rgb_overlay_paths) & set(self.sensors)
 
     def restore(self) -> None:
         self.base._sensors = dict(self.sensors)
@@ -424,13 +440,60 @@ class _HeldTargets:
             art.set_joint_drive_velocity_targets(now_v, joints=art.active_joints)
 
 
+class _RandomStreams:
+    """ManiSkill's per-env random streams (BaseEnv 3.0.1: main and episode seeds and generators).
+
+    A seeded ``BaseEnv.reset`` replaces every env's streams with those of its seed list, the envs
+    it does not reset included. ``ManiSkillBatch`` resets seeded envs one by one; this keeps, for
+    each env, the streams its own reset left, and every other env's as they were.
+    """
+
+    NAMES = ("_main_seed", "_batched_main_rng", "_episode_seed", "_batched_episode_rng")
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.active = all(getattr(base, name, None) is not None for name in self.NAMES)
+        if self.active:
+            self.main_seed = list(base._main_seed)
+            self.main_rngs = list(base._batched_main_rng.rngs)
+            self.main_rng = base._main_rng
+            self.episode_seed = np.array(base._episode_seed)
+            self.episode_rngs = list(base._batched_episode_rng.rngs)
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Keep the streams the last reset left to ``rows``."""
+        if not self.active:
+            return
+        base = self.base
+        for r in rows:
+            self.main_seed[r] = base._main_seed[r]
+            self.main_rngs[r] = base._batched_main_rng.rngs[r]
+            self.episode_seed[r] = base._episode_seed[r]
+            self.episode_rngs[r] = base._batched_episode_rng.rngs[r]
+        if 0 in rows:  # ManiSkill's unbatched generators are env 0's
+            self.main_rng = base._main_rng
+
+    def restore(self) -> None:
+        if not self.active:
+            return
+        base = self.base
+        base._main_seed = self.main_seed
+        base._batched_main_rng = type(base._batched_main_rng).from_rngs(self.main_rngs)
+        base._main_rng = self.main_rng
+        base._episode_seed = self.episode_seed
+        base._batched_episode_rng = type(base._batched_episode_rng).from_rngs(self.episode_rngs)
+        base._episode_rng = base._batched_episode_rng[0]
+
+
 class ManiSkillBatch:
     """A batched ManiSkill env as a ``BatchSimulator``: all its envs in one physics world, on one device.
 
     A sub-step of some rows advances the whole world once, for all its envs together; the other
     envs hold their last control targets (``_HeldTargets``), never a substituted action.
     ``get_obs``, where ManiSkill renders, runs only in ``step`` and ``observe``. Episodes last
-    ``max_episode_steps`` sub-steps of their own (truncation), or end on ``success`` or ``fail``.
+    ``max_episode_steps`` sub-steps of their own (truncation, reported with success on that step
+    too, as ManiSkill's time limit), or end on ``success`` or ``fail``; ``elapsed_steps`` in the
+    infos is each env's own count.
     """
 
     batched = True
@@ -461,29 +524,66 @@ class ManiSkillBatch:
         """The per-env entries of a ManiSkill info, for ``rows``."""
         out: dict[str, Any] = {}
         for key, value in info.items():
-            if key == "elapsed_steps":
-                continue
             if isinstance(value, Mapping):
                 out[key] = self._rows_of(value, rows)
                 continue
             value = self.torch.as_tensor(value, device=self.device)
-            if value.ndim and value.shape[0] == self.num_envs:
+            if key == "elapsed_steps":
+                # ManiSkill's counter advances for every env whenever the shared world steps (other
+                # stages' turns, the rest of a chunk after an episode ended): each env's own count,
+                # in ManiSkill's dtype.
+                out[key] = self._env_steps[rows].to(value.dtype)
+            elif value.ndim == 0:  # one value for the call (reset's "reconfigure"): every row's, as on the CPU path
+                out[key] = value.reshape(1).expand(len(rows)).clone()
+            elif value.shape[0] == self.num_envs:
                 out[key] = value[rows]
         return out
 
     def reset(self, rows: Any, seeds: Sequence[int | None] | None, options: Mapping[str, Any] | None) -> tuple[Any, Any]:
+        """Reset ``rows``: seeded envs each with its own seed, as a CPU env reset with it.
+
+        All envs, all seeded (or none): one ManiSkill reset with the seed list, ManiSkill's own.
+        Otherwise the unseeded envs reset together, and each seeded env alone with a seed list
+        of its seed only: ManiSkill seeds the torch draws of a reset with the list's first seed and
+        its per-env generators from the list, so a shared call would draw env i's episode from
+        another env's seed and its position in the batch. Only the last call observes.
+        """
         options = dict(options or {})
-        everyone = len(rows) == self.num_envs
-        if not everyone:
-            options["env_idx"] = rows
-        seed = None
-        if seeds is not None and any(s is not None for s in seeds):
-            seed = [int(s) for s in seeds] if everyone else int(seeds[0])
-        raw, info = self.base.reset(seed=seed, options=options or None)
+        row_list = rows.tolist()
+        seeded = [] if seeds is None else [(r, int(s)) for r, s in zip(row_list, seeds) if s is not None]
+        if not seeded:
+            if len(row_list) < self.num_envs:
+                options["env_idx"] = rows
+            raw, info = self.base.reset(seed=None, options=options or None)
+        elif len(seeded) == self.num_envs:
+            raw, info = self.base.reset(seed=[s for _, s in seeded], options=options or None)
+        else:
+            unseeded = sorted(set(row_list) - {r for r, _ in seeded})
+            calls = ([(unseeded, None)] if unseeded else []) + [([r], s) for r, s in seeded]
+            raw, info = self._reset_each(calls, options)
         self._env_steps[rows] = 0
         self._info = self.base.get_info()
         self.full_obs = extract(raw, self.keys, self.cameras)
         return {k: v[rows] for k, v in self.full_obs.items()}, self._rows_of(info, rows)
+
+    def _reset_each(self, calls: list[tuple[list[int], int | None]], options: dict[str, Any]) -> tuple[Any, Any]:
+        base, torch = self.base, self.torch
+        streams = _RandomStreams(base)
+        for k, (env_idx, seed) in enumerate(calls):
+            last = k == len(calls) - 1
+            if not last:  # the observation (ManiSkill's render) is taken once, after every env reset
+                base.get_obs = lambda *args, **kwargs: None
+            try:
+                raw, info = base.reset(
+                    seed=None if seed is None else [seed] * self.num_envs,
+                    options={**options, "env_idx": torch.as_tensor(env_idx, device=self.device)},
+                )
+            finally:
+                if not last:
+                    del base.get_obs
+            streams.keep(env_idx)
+        streams.restore()
+        return raw, info
 
     def _step_world(self, rows: Any, actions: Any) -> Any:
         """Advance the world once: ``rows`` act, every other env holds its last targets."""
@@ -520,8 +620,8 @@ class ManiSkillBatch:
         if self.ignore_terminations:
             terminated = torch.zeros_like(terminated)
         truncated = torch.zeros_like(terminated)
-        if self.max_episode_steps is not None:
-            truncated = (self._env_steps[rows] >= self.max_episode_steps) & ~terminated
+        if self.max_episode_steps is not None:  # whatever terminated says, as ManiSkill's TimeLimitWrapper
+            truncated = self._env_steps[rows] >= self.max_episode_steps
         return reward[rows], terminated, truncated, self._rows_of(info, rows)
 
     def step(self, rows: Any, actions: Any) -> tuple[Any, Any, Any, Any, Any]:
@@ -664,8 +764,13 @@ class ManiSkillVectorEnv(VectorEnv):
             raise RuntimeError(f"recv(stage={stage}) without send(stage={stage})")
         return self._pending.pop(stage).result()
 
-    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
-        """Reset all envs, or those in ``options["reset_mask"]`` (a bool array of N)."""
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        """Reset all envs, or those in ``options["reset_mask"]`` (a bool array of N).
+
+        ``seed``: an int gives env i seed + i, a list of N gives env i ``seed[i]`` (None: unseeded).
+        Resetting every env, all seeded, is one ManiSkill reset with those seeds; in a partial
+        reset each seeded env's new episode depends on its own seed only (``ManiSkillBatch.reset``).
+        """
         if self._pending:
             raise RuntimeError(f"reset(): stages {sorted(self._pending)} still have actions in flight; recv() them first")
         options = dict(options or {})
@@ -676,13 +781,23 @@ class ManiSkillVectorEnv(VectorEnv):
             if tuple(mask.shape) != (self.num_envs,) or not bool(mask.any()):
                 raise ValueError(f"options['reset_mask'] must be a bool array of {self.num_envs} with a True, got {mask}")
             rows = self.torch.nonzero(mask).flatten()
-        seeds = None
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [int(seed) + i for i in rows.tolist()]  # env i gets seed + i
-        elif seed is not None:
-            seeds = [seed[i] for i in rows.tolist()]
-        _, info = self.executor.reset(rows, seeds, options or None)
+        _, info = self.executor.reset(rows, self._seeds(seed, rows.tolist()), options or None)
         return dict(self.sim.full_obs), info
+
+    def _seeds(self, seed: Any, rows: list[int]) -> list[int | None] | None:
+        def is_int(value: Any) -> bool:
+            return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+        if seed is None:
+            return None
+        if is_int(seed):
+            return [int(seed) + i for i in rows]  # env i gets seed + i
+        if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
+            raise ValueError(f"seed must be None, an int or a list of {self.num_envs} seeds, got {seed!r}")
+        seed = list(seed)
+        if len(seed) != self.num_envs or not all(s is None or is_int(s) for s in seed):
+            raise ValueError(f"seed must be None, an int or a list of {self.num_envs} seeds (ints or None), got {seed!r}")
+        return [None if seed[i] is None else int(seed[i]) for i in rows]
 
     def render(self) -> Any:
         return self.base.render() if self.render_mode == "rgb_array" else None
@@ -741,7 +856,9 @@ class _Pruned:
         configs = parse_camera_configs(super()._default_sensor_configs)
         if self._fastenv_cameras is None:
             return list(configs.values())
-        return [c for uid, c in configs.items() if uid in self._fastenv_cameras]
+        # a digital twin loads its green-screen overlay for each of these cameras (kept or not)
+        overlaid = set(getattr(self, "rgb_overlay_paths", None) or ())
+        return [c for uid, c in configs.items() if uid in self._fastenv_cameras or uid in overlaid]
 
     @property
     def _default_human_render_camera_configs(self) -> Any:

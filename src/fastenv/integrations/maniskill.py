@@ -26,6 +26,8 @@ from fastenv.core.arrays import put_rows, tree_map
 
 torch = require("torch", "maniskill", "PyTorch")
 
+RESET_KEYS = ("reconfigure",)  # what ManiSkill's reset adds to its info
+
 
 def _tensor(value: Any, device: Any) -> Any:
     return tree_map(lambda x: torch.as_tensor(x if hasattr(x, "detach") else np.asarray(x), device=device), value)
@@ -33,6 +35,15 @@ def _tensor(value: Any, device: Any) -> Any:
 
 def _numpy(value: Any) -> np.ndarray:
     return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+
+
+def _maniskill_seeds(seed: int, num_envs: int) -> list[int]:
+    """The per-env seeds ManiSkill's ``BaseEnv.reset(seed=seed)`` derives for ``num_envs`` envs.
+
+    ``_set_main_rng``/``_set_episode_rng`` (3.0.1): env 0 gets ``seed``, the others draws of
+    ``RandomState(seed)``; a reset with this list leaves every seed and generator as ``seed`` does.
+    """
+    return [seed, *np.random.RandomState(seed).randint(2**31, size=(num_envs - 1,)).tolist()]
 
 
 class _Limit:
@@ -111,6 +122,10 @@ class ManiSkillConventions(VectorEnv):
         for key, value in infos.items():
             if key.startswith("_") or key in ("final_obs", "final_observation", "final_info", "env_ids"):
                 continue
+            if key in RESET_KEYS:  # a reset's, never a step's; ManiSkill gives one Python bool for the call
+                if done is None:
+                    out[key] = bool(_numpy(value).any())
+                continue
             out[key] = _tensor(value, self.device) if not isinstance(value, Mapping) else self._info(value)
         if done is not None and "final_info" in infos:
             final = infos["final_info"]
@@ -132,7 +147,15 @@ class ManiSkillConventions(VectorEnv):
 
     # -- Gymnasium API ---------------------------------------------------------------------------
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        """ManiSkill's reset (``options["env_idx"]``: those envs only).
+
+        On the batched path an int seed gives every env the seed ManiSkill's own ``reset(seed=int)``
+        derives for it (resetting all envs is then exactly ManiSkill's); on CPU workers env i gets
+        seed + i. In a partial reset each env's episode follows from its own seed.
+        """
         options = dict(options or {})
+        if hasattr(self.env, "sim") and isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seed = _maniskill_seeds(int(seed), self.num_envs)
         rows: Any = slice(None)
         if "env_idx" in options:  # ManiSkill's partial reset option
             mask = np.zeros(self.num_envs, dtype=bool)
