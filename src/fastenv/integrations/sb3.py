@@ -1,24 +1,59 @@
-"""Stable-Baselines3: a fastenv (or any Gymnasium) vector env as an SB3 ``VecEnv``.
+"""Stable-Baselines3: a fastenv (or any Gymnasium) vector env as an SB3 ``VecEnv``, and buffers
+that keep the transitions a worker restart invented out of SB3's training data.
+
+When a worker process dies, its envs come back reset and each reports a transition whose action
+never ran (reward 0, truncated, ``info["worker_restarted"]``). A VecEnv must return every env on
+every step, so ``SB3VecEnv`` reports it as an episode end and marks it; the buffers below (drop-in
+subclasses of SB3's) leave marked transitions out, and behave exactly like SB3's otherwise::
+
+    PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)   # PPO, A2C
+    SAC("MultiInputPolicy", venv, replay_buffer_class=ReplayBuffer)     # SAC, TD3, DDPG, DQN
+
+What still sees a restart, and why: the step counts in ``num_timesteps`` and holds a slot of the
+rollout or replay buffer (the VecEnv answers for every env); callbacks see its marked info;
+off-policy algorithms count it as an episode end (``_episode_num``, action noise reset); PPO's
+logged ``explained_variance`` includes it (its return equals its value). A ``VecNormalize`` above
+adds the invented reward 0 to its running return once (its observation statistics only see the
+new episode's first observation). This module's ``VecMonitor`` (``make_vec_env``'s) neither
+counts the invented step nor logs the episode it cut; SB3's own logs it, one step longer.
 
 Importing this module needs ``pip install "fastenv[sb3]"``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+import time
+import warnings
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
 from fastenv._deps import require
 from fastenv.core.infos import STEP_KEYS, row_info
 
 require("stable_baselines3", "sb3", "Stable-Baselines3")
 
+from stable_baselines3.common import buffers as _sb3_buffers  # noqa: E402
 from stable_baselines3.common.env_util import is_wrapped  # noqa: E402
-from stable_baselines3.common.vec_env import VecEnv, VecMonitor  # noqa: E402
+from stable_baselines3.common.type_aliases import (  # noqa: E402
+    DictReplayBufferSamples,
+    DictRolloutBufferSamples,
+    ReplayBufferSamples,
+    RolloutBufferSamples,
+)
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize  # noqa: E402
+from stable_baselines3.common.vec_env import VecMonitor as _SB3VecMonitor  # noqa: E402
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn  # noqa: E402
+
+RESTART_KEY = "worker_restarted"
+_FIX = (
+    "pass rollout_buffer_class=fastenv.integrations.sb3.RolloutBuffer (PPO, A2C) or "
+    "replay_buffer_class=fastenv.integrations.sb3.ReplayBuffer (SAC, TD3, DDPG, DQN) to leave it out"
+)
 
 
 def to_numpy(value: Any) -> Any:
@@ -42,6 +77,42 @@ def unbatch_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
     return [row_info(infos, i) for i in range(num_envs)]
 
 
+def restarted_mask(infos: Sequence[Mapping[str, Any]], dones: Any) -> np.ndarray:
+    """Which envs' transitions in SB3 ``infos`` a worker restart invented (done and marked)."""
+    return np.array([bool(done) and bool(info.get(RESTART_KEY, False)) for info, done in zip(infos, dones)], dtype=bool)
+
+
+def _step_being_added(buffer: Any) -> tuple[Any, Any] | None:
+    """``(infos, dones)`` of the step SB3's collect_rollouts is adding to ``buffer``, or None.
+
+    SB3's ``RolloutBuffer.add`` gets no infos; collect_rollouts holds them in its locals (the
+    ones it hands to callbacks), next to ``rollout_buffer``, the buffer being filled.
+    """
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            return None
+        names = frame.f_locals
+        if names.get("rollout_buffer") is buffer and "infos" in names and "dones" in names:
+            return names["infos"], names["dones"]
+        frame = frame.f_back
+    return None
+
+
+def _buffer_being_filled() -> Any:
+    """The SB3 buffer of the collect_rollouts that is stepping an env now, or None."""
+    frame = sys._getframe(1)
+    for _ in range(16):  # collect_rollouts is a few VecEnv wrappers above step_wait
+        if frame is None:
+            return None
+        names = frame.f_locals
+        for name in ("rollout_buffer", "replay_buffer"):
+            if isinstance(names.get(name), _sb3_buffers.BaseBuffer):
+                return names[name]
+        frame = frame.f_back
+    return None
+
+
 class SB3VecEnv(VecEnv):
     """A Gymnasium vector env (SAME_STEP autoreset, e.g. ``PipelineVectorEnv``) as an SB3 ``VecEnv``.
 
@@ -51,6 +122,11 @@ class SB3VecEnv(VecEnv):
     episodes; the reset info goes to ``reset_infos``. ``get_attr``, ``set_attr``, ``env_method``
     and ``env_is_wrapped`` reach the envs in their workers. Wrap it in ``VecMonitor`` for episode
     statistics (``make_vec_env`` does).
+
+    A transition a worker restart invented is reported as an episode end (done, truncated,
+    ``terminal_observation`` the last observation seen) with ``info["worker_restarted"] = True``;
+    train with this module's ``RolloutBuffer``/``ReplayBuffer`` to leave it out. It warns once
+    when such a transition goes to SB3's own buffers.
 
     Example:
         >>> venv = SB3VecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2))
@@ -62,6 +138,7 @@ class SB3VecEnv(VecEnv):
             raise ValueError(f"SB3VecEnv needs a vector env with SAME_STEP autoreset, got {mode}")
         self.vector_env = vector_env
         self._actions: np.ndarray | None = None
+        self._warned_restart = False
         super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
 
     # -- stepping -------------------------------------------------------------------------------
@@ -104,11 +181,28 @@ class SB3VecEnv(VecEnv):
                 step_info = dict(info.get("final_info", {}))
                 step_info["terminal_observation"] = info.get("final_obs")
                 step_info["TimeLimit.truncated"] = bool(truncations[i] and not terminations[i])
+                if info.get(RESTART_KEY, False):
+                    step_info[RESTART_KEY] = True  # a plain bool, for `info.get(...) is True` checks
                 out.append(step_info)
             else:
                 info["TimeLimit.truncated"] = False
                 out.append(info)
+        if not self._warned_restart and any(info.get(RESTART_KEY) is True for info in out):
+            self._warn_restart(out)
         return obs, np.asarray(rewards, dtype=np.float32), np.asarray(dones), out
+
+    def _warn_restart(self, infos: list[dict[str, Any]]) -> None:
+        if isinstance(_buffer_being_filled(), (_RolloutRestarts, _ReplayRestarts)):
+            return
+        self._warned_restart = True
+        envs = [i for i, info in enumerate(infos) if info.get(RESTART_KEY) is True]
+        warnings.warn(
+            f"a worker restart invented a transition for envs {envs} (an action that never ran, reported "
+            f"done with reward 0 and info['{RESTART_KEY}'] = True); SB3's own buffers train on it: {_FIX}. "
+            "A loop of your own should leave out the transitions so marked.",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def close(self) -> None:
         self.vector_env.close()
@@ -150,14 +244,269 @@ class SB3VecEnv(VecEnv):
         return list(self.vector_env.call("render"))
 
 
+# -- buffers that leave out what a worker restart invented -------------------------------------
+def _is_dict_space(args: tuple, kwargs: dict) -> bool:
+    space = args[1] if len(args) > 1 else kwargs.get("observation_space")
+    return isinstance(space, spaces.Dict)
+
+
+class _RolloutRestarts:
+    """What fastenv adds to SB3's rollout buffers: marked transitions are left out.
+
+    A marked transition gets a TD error of 0, so its advantage is 0 and GAE carries nothing of it
+    into the transition before, whose advantage is then the one of an episode truncated at the
+    state the lost action was chosen in, bootstrapped with that state's value. ``get()`` leaves it
+    out of the minibatches. Without marks every method is SB3's own.
+    """
+
+    restarted: np.ndarray  # (buffer_size, n_envs): transitions a worker restart invented
+    _kept: np.ndarray | None = None
+    _warned_blind = False
+
+    def reset(self) -> None:
+        super().reset()  # type: ignore[misc]
+        self.restarted = np.zeros((self.buffer_size, self.n_envs), dtype=bool)  # type: ignore[attr-defined]
+        self._kept = None
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        self.restarted[self.pos] = self._restart_marks()  # type: ignore[attr-defined]
+        super().add(*args, **kwargs)  # type: ignore[misc]
+
+    def _restart_marks(self) -> np.ndarray | bool:
+        step = _step_being_added(self)
+        if step is None:
+            if not self._warned_blind:
+                self._warned_blind = True
+                warnings.warn(
+                    f"{type(self).__name__}.add() was not called from SB3's collect_rollouts, so it cannot "
+                    "see the step's infos: transitions a worker restart invented are kept, as in SB3's buffer",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            return False
+        return restarted_mask(*step)
+
+    def compute_returns_and_advantage(self, last_values: Any, dones: np.ndarray) -> None:
+        marked = self.restarted
+        if not marked.any():
+            super().compute_returns_and_advantage(last_values, dones)  # type: ignore[misc]
+            return
+        # A marked transition is done, so SB3's TD error for it is reward - value: with the reward
+        # set to the value it is exactly 0. The reward goes back afterwards; nothing trains on it.
+        rewards = self.rewards[marked]  # type: ignore[attr-defined]
+        self.rewards[marked] = self.values[marked]  # type: ignore[attr-defined]
+        super().compute_returns_and_advantage(last_values, dones)  # type: ignore[misc]
+        self.rewards[marked] = rewards  # type: ignore[attr-defined]
+
+    def get(self, batch_size: int | None = None) -> Generator[RolloutBufferSamples | DictRolloutBufferSamples, None, None]:
+        if not self.restarted.any():
+            self._kept = None
+            yield from super().get(batch_size)  # type: ignore[misc]
+            return
+        # SB3's own minibatches, less the marked entries (flattened as SB3 flattens: env-major).
+        self._kept = ~self.restarted.swapaxes(0, 1).reshape(-1)
+        for samples in super().get(batch_size):  # type: ignore[misc]
+            if samples is not None:
+                yield samples
+
+    def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> Any:
+        # Returns None for a minibatch of marked entries only, which get() skips.
+        if self._kept is not None:
+            batch_inds = batch_inds[self._kept[batch_inds]]
+            if len(batch_inds) == 0:
+                return None
+        return super()._get_samples(batch_inds, env)  # type: ignore[misc]
+
+
+class RolloutBuffer(_RolloutRestarts, _sb3_buffers.RolloutBuffer):
+    """SB3's ``RolloutBuffer`` that leaves out transitions a worker restart invented.
+
+    For a ``Dict`` observation space it builds this module's ``DictRolloutBuffer``, so one class
+    serves every policy. Marks are read from the ``infos`` of SB3's collect_rollouts.
+
+    Example:
+        >>> model = PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is RolloutBuffer and _is_dict_space(args, kwargs):
+            return DictRolloutBuffer(*args, **kwargs)
+        return super().__new__(cls)
+
+
+class DictRolloutBuffer(_RolloutRestarts, _sb3_buffers.DictRolloutBuffer):
+    """SB3's ``DictRolloutBuffer`` that leaves out transitions a worker restart invented."""
+
+
+class _ReplayRestarts:
+    """What fastenv adds to SB3's replay buffers: marked transitions are never sampled.
+
+    A marked (row, env) is stored like any other (a row holds every env), and a sample that
+    draws it is drawn again, so samples stay uniform over the rest. While no marked transition is
+    stored, sampling is SB3's own: the same samples from the same RNG.
+    """
+
+    restarted: np.ndarray  # (buffer_size, n_envs): transitions a worker restart invented
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self.restarted = np.zeros((self.buffer_size, self.n_envs), dtype=bool)  # type: ignore[attr-defined]
+        self._num_restarted = 0
+
+    def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray, infos: list[dict[str, Any]]) -> None:
+        marks = restarted_mask(infos, done)
+        row = self.pos  # type: ignore[attr-defined]
+        self._num_restarted += int(marks.sum()) - int(self.restarted[row].sum())
+        self.restarted[row] = marks
+        super().add(obs, next_obs, action, reward, done, infos)  # type: ignore[misc]
+
+    def reset(self) -> None:
+        super().reset()  # type: ignore[misc]
+        self.restarted[:] = False
+        self._num_restarted = 0
+
+    def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> Any:
+        if self._num_restarted == 0:
+            return super()._get_samples(batch_inds, env)  # type: ignore[misc]
+        n_envs = self.n_envs  # type: ignore[attr-defined]
+        batch_inds = np.array(batch_inds)
+        env_indices = np.random.randint(0, high=n_envs, size=(len(batch_inds),))
+        marked = self.restarted[batch_inds, env_indices]
+        if marked.any() and self.restarted[self._sampled_rows()].all():
+            raise RuntimeError("every transition in the replay buffer was invented by a worker restart: nothing to sample")
+        while marked.any():
+            count = int(marked.sum())
+            batch_inds[marked] = self._draw_rows(count)
+            env_indices[marked] = np.random.randint(0, high=n_envs, size=count)
+            marked = self.restarted[batch_inds, env_indices]
+        return self._gather(batch_inds, env_indices, env)
+
+    def _draw_rows(self, count: int) -> np.ndarray:
+        """``count`` rows drawn as SB3's ``sample()`` draws them."""
+        size, pos, full = self.buffer_size, self.pos, self.full  # type: ignore[attr-defined]
+        if self.optimize_memory_usage and full:  # type: ignore[attr-defined]
+            return (np.random.randint(1, size, size=count) + pos) % size
+        return np.random.randint(0, size if full else pos, size=count)
+
+    def _sampled_rows(self) -> np.ndarray:
+        size, pos, full = self.buffer_size, self.pos, self.full  # type: ignore[attr-defined]
+        if not full:
+            return np.arange(pos)
+        rows = np.arange(size)
+        return rows[rows != pos] if self.optimize_memory_usage else rows  # type: ignore[attr-defined]
+
+    def _gather(self, batch_inds: np.ndarray, env_indices: np.ndarray, env: VecNormalize | None) -> Any:
+        raise NotImplementedError
+
+
+class ReplayBuffer(_ReplayRestarts, _sb3_buffers.ReplayBuffer):
+    """SB3's ``ReplayBuffer`` that never samples a transition a worker restart invented.
+
+    For a ``Dict`` observation space it builds this module's ``DictReplayBuffer``, so one class
+    serves every policy. (It is a 1-step buffer: SB3 ignores an algorithm's ``n_steps`` with a
+    custom buffer class.)
+
+    Example:
+        >>> model = SAC("MultiInputPolicy", venv, replay_buffer_class=ReplayBuffer)
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is ReplayBuffer and _is_dict_space(args, kwargs):
+            return DictReplayBuffer(*args, **kwargs)
+        return super().__new__(cls)
+
+    def _gather(self, batch_inds: np.ndarray, env_indices: np.ndarray, env: VecNormalize | None) -> ReplayBufferSamples:
+        # SB3's ReplayBuffer._get_samples draws the env indices itself; this is its body with them given.
+        if self.optimize_memory_usage:
+            next_obs = self._normalize_obs(self.observations[(batch_inds + 1) % self.buffer_size, env_indices, :], env)
+        else:
+            next_obs = self._normalize_obs(self.next_observations[batch_inds, env_indices, :], env)
+        data = (
+            self._normalize_obs(self.observations[batch_inds, env_indices, :], env),
+            self.actions[batch_inds, env_indices, :],
+            next_obs,
+            (self.dones[batch_inds, env_indices] * (1 - self.timeouts[batch_inds, env_indices])).reshape(-1, 1),
+            self._normalize_reward(self.rewards[batch_inds, env_indices].reshape(-1, 1), env),
+        )
+        return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
+
+
+class DictReplayBuffer(_ReplayRestarts, _sb3_buffers.DictReplayBuffer):
+    """SB3's ``DictReplayBuffer`` that never samples a transition a worker restart invented."""
+
+    def _gather(self, batch_inds: np.ndarray, env_indices: np.ndarray, env: VecNormalize | None) -> DictReplayBufferSamples:
+        # SB3's DictReplayBuffer._get_samples draws the env indices itself; this is its body with them given.
+        obs = self._normalize_obs({key: o[batch_inds, env_indices, :] for key, o in self.observations.items()}, env)
+        next_obs = self._normalize_obs({key: o[batch_inds, env_indices, :] for key, o in self.next_observations.items()}, env)
+        assert isinstance(obs, dict) and isinstance(next_obs, dict)
+        return DictReplayBufferSamples(
+            observations={key: self.to_torch(o) for key, o in obs.items()},
+            actions=self.to_torch(self.actions[batch_inds, env_indices]),
+            next_observations={key: self.to_torch(o) for key, o in next_obs.items()},
+            dones=self.to_torch(self.dones[batch_inds, env_indices] * (1 - self.timeouts[batch_inds, env_indices])).reshape(-1, 1),
+            rewards=self.to_torch(self._normalize_reward(self.rewards[batch_inds, env_indices].reshape(-1, 1), env)),
+        )
+
+
+class VecMonitor(_SB3VecMonitor):
+    """SB3's ``VecMonitor``, for which a worker restart does not end an episode of the env.
+
+    The invented transition adds nothing to the episode's return or length, and the episode the
+    restart cut is not logged (no ``info["episode"]``, no CSV row, not counted): its return would
+    be a partial one. Otherwise it is SB3's ``VecMonitor``.
+    """
+
+    def step_wait(self) -> VecEnvStepReturn:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        restarted = restarted_mask(infos, dones)
+        real = ~restarted
+        self.episode_returns[real] += rewards[real]
+        self.episode_lengths[real] += 1
+        new_infos = list(infos[:])
+        for i in np.flatnonzero(dones).tolist():
+            if restarted[i]:
+                self.episode_returns[i] = 0
+                self.episode_lengths[i] = 0
+                continue
+            info = infos[i].copy()
+            episode_info = {"r": self.episode_returns[i], "l": self.episode_lengths[i], "t": round(time.time() - self.t_start, 6)}
+            for key in self.info_keywords:
+                episode_info[key] = info[key]
+            info["episode"] = episode_info
+            self.episode_count += 1
+            self.episode_returns[i] = 0
+            self.episode_lengths[i] = 0
+            if self.results_writer:
+                self.results_writer.write_row(episode_info)
+            new_infos[i] = info
+        return obs, rewards, dones, new_infos
+
+
 def make_vec_env(env_id: str, num_envs: int, *, monitor: bool = True, **kwargs: Any) -> VecEnv:
-    """``gym.make_vec(env_id, num_envs, **kwargs)`` as an SB3 VecEnv, with ``VecMonitor`` by default.
+    """``gym.make_vec(env_id, num_envs, **kwargs)`` as an SB3 VecEnv, with this module's ``VecMonitor`` by default.
+
+    Train on it with ``rollout_buffer_class=RolloutBuffer`` (PPO, A2C) or
+    ``replay_buffer_class=ReplayBuffer`` (off-policy) so that transitions a worker restart
+    invented stay out of the training data.
 
     Example:
         >>> venv = make_vec_env("fastenv/Libero-v0", 4, num_workers=2, chunk=8, camera_size=64)
+        >>> model = PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)
     """
     venv: VecEnv = SB3VecEnv(gym.make_vec(env_id, num_envs=num_envs, **kwargs))
     return VecMonitor(venv) if monitor else venv
 
 
-__all__ = ["SB3VecEnv", "make_vec_env", "to_numpy", "unbatch_infos"]
+__all__ = [
+    "DictReplayBuffer",
+    "DictRolloutBuffer",
+    "RESTART_KEY",
+    "ReplayBuffer",
+    "RolloutBuffer",
+    "SB3VecEnv",
+    "VecMonitor",
+    "make_vec_env",
+    "restarted_mask",
+    "to_numpy",
+    "unbatch_infos",
+]
