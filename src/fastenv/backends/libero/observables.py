@@ -1,0 +1,209 @@
+"""robosuite's observables: what a kept sensor reads, and where the stock step samples it.
+
+Two facts of robosuite decide what a pruned, sub-stepped env must do to give the stock values:
+
+- Sensors read each other's values from a cache shared by the env's observables (LIBERO's
+  ``<object>_to_robot0_eef_pos`` reads ``robot0_eef_pos``; ``<object>_to_robot0_eef_quat`` reads
+  a value ``<object>_to_robot0_eef_pos`` writes). A kept sensor whose inputs are not computed
+  silently falls back to a default (the world frame, zeros). ``sensor_dependencies`` finds what
+  each sensor reads by running them once on a recording cache; the adapter enables the closure.
+- ``env.step`` samples each observable once per control period, at the physics step where the
+  observable's own timer says so (in LIBERO's tasks, the 24th of 25), not at the step's end, so
+  the stock observation is the state there. A sub-step advances those timers exactly as the
+  stock step does (``SampleClock``) and records the simulation state before that physics step
+  (``SamplePoint``); an observation taken later (where an episode ends inside a chunk) re-runs
+  that one physics step from the record and computes the sensors there, as the stock step did.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+
+# -- what a sensor reads ----------------------------------------------------------------------------
+class _RecordingCache(dict):
+    """An observation cache that notes, per running sensor, the entries it looks up and writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current: str | None = None
+        self.reads: defaultdict[str, set[str]] = defaultdict(set)
+        self.writers: defaultdict[str, set[str]] = defaultdict(set)
+
+    def _read(self, key: Any) -> None:
+        if self.current is not None:
+            self.reads[self.current].add(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._read(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: Any) -> bool:
+        self._read(key)
+        return super().__contains__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._read(key)
+        return super().get(key, default)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        # Outside a sensor, the write is the observable storing its own value under its name.
+        self.writers[key].add(self.current if self.current is not None else key)
+        super().__setitem__(key, value)
+
+
+def sensor_dependencies(raw: Any) -> dict[str, frozenset[str]]:
+    """For each observable of a robosuite env, the observables whose cached values its sensor reads.
+
+    Every observable is run once (all enabled, forced) on a recording cache; flags, timers, values
+    and the env's own cache are put back afterwards.
+    """
+    observables = raw._observables
+    saved = {
+        name: (o._sensor, o._enabled, o._time_since_last_sample, o._sampled, o._current_delay, o._current_observed_value)
+        for name, o in observables.items()
+    }
+    cache = _RecordingCache()
+
+    def recording(name: str, sensor: Any) -> Any:
+        def run(obs_cache: Any) -> Any:
+            cache.current = name
+            try:
+                return sensor(obs_cache)
+            finally:
+                cache.current = None
+
+        return run
+
+    own_cache = raw._obs_cache
+    try:
+        for name, o in observables.items():
+            o._sensor, o._enabled = recording(name, o._sensor), True
+        raw._obs_cache = cache
+        raw._update_observables(force=True)
+    finally:
+        raw._obs_cache = own_cache
+        for name, o in observables.items():
+            (o._sensor, o._enabled, o._time_since_last_sample, o._sampled, o._current_delay, o._current_observed_value) = saved[name]
+    deps = {}
+    for name in observables:
+        writers = set().union(*(cache.writers.get(key, ()) for key in cache.reads.get(name, ())))
+        deps[name] = frozenset(writers - {name})
+    return deps
+
+
+def closure(names: Iterable[str], deps: Mapping[str, frozenset[str]]) -> set[str]:
+    """``names`` and everything they read, directly or not."""
+    out: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo.extend(deps.get(name, ()))
+    return out
+
+
+# -- when the stock step samples ---------------------------------------------------------------------
+class IrregularSampling(Exception):
+    """The enabled observables do not all sample at one physics step per control step (delays,
+    other rates): a sub-step must then update them as robosuite's own loop does."""
+
+
+def _no_delay() -> Any:
+    from robosuite.utils.observables import NO_DELAY
+
+    return NO_DELAY
+
+
+class SampleClock:
+    """The sampling timers of a set of observables, advanced as robosuite's ``Observable.update`` does.
+
+    ``advance(n, dt)`` runs ``n`` physics steps of timer arithmetic (the same float operations, in
+    the same order, as the stock step) and returns the physics step (1-based) at which the
+    observables sample, 0 if none does. Raises ``IrregularSampling`` unless all of them share one
+    timer with no delay and sample at most once.
+    """
+
+    def __init__(self, observables: Iterable[Any]) -> None:
+        self.observables = list(observables)
+        no_delay = _no_delay()
+        if any(o._delayer is not no_delay for o in self.observables):
+            raise IrregularSampling("an observable has a sampling delay")
+
+    def advance(self, n: int, dt: float) -> int:
+        obs = self.observables
+        if not obs:
+            return 0
+        first = obs[0]
+        t, sampled, period, delay = first._time_since_last_sample, first._sampled, first._sampling_timestep, first._current_delay
+        for o in obs:
+            if (o._time_since_last_sample, o._sampled, o._sampling_timestep, o._current_delay) != (t, sampled, period, delay):
+                raise IrregularSampling("observables sample on different timers")
+        at = 0
+        for j in range(1, n + 1):
+            t += dt
+            if not sampled and period - delay >= t:
+                if at:
+                    raise IrregularSampling("an observable samples twice in one step")
+                sampled, at = True, j
+            if t >= period:
+                if not sampled:
+                    if at:
+                        raise IrregularSampling("an observable samples twice in one step")
+                    at = j
+                t %= period
+                sampled = False
+        for o in obs:
+            o._time_since_last_sample, o._sampled = t, sampled
+        return at
+
+
+def sample_observables(raw: Any, observables: Iterable[Any]) -> None:
+    """What a sample of ``Observable.update`` computes (sensor, corrupter, filter; the cached and
+    observed values), for the enabled observables in order, leaving their timers alone."""
+    cache = raw._obs_cache
+    for o in observables:
+        value = np.array(o._filter(o._corrupter(o._sensor(cache))))
+        o._current_observed_value = value[0] if len(value.shape) == 1 and value.shape[0] == 1 else value
+        cache[o.name] = np.array(o._current_observed_value)
+
+
+class SamplePoint:
+    """The simulation state just before the physics step at which the stock step samples.
+
+    ``capture()`` records MuJoCo's integration state (everything ``mj_step`` reads); ``at()``
+    swaps in the state right after that physics step (re-run from the record: MuJoCo is
+    deterministic) and puts the live state back, bit for bit, when the block ends.
+    """
+
+    def __init__(self, model: Any, data: Any) -> None:
+        import mujoco
+
+        self.mujoco, self.model, self.data = mujoco, model, data
+        self.spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        self.state = np.empty(mujoco.mj_stateSize(model, self.spec))
+        self.pending = False  # a state was captured whose sensors were not computed yet
+        self._backup: Any = None
+
+    def capture(self) -> None:
+        self.mujoco.mj_getState(self.model, self.data, self.state, self.spec)
+        self.pending = True
+
+    @contextmanager
+    def at(self) -> Iterator[None]:
+        mujoco, model, data = self.mujoco, self.model, self.data
+        if self._backup is None:
+            self._backup = mujoco.MjData(model)
+        mujoco.mj_copyData(self._backup, model, data)
+        try:
+            mujoco.mj_setState(model, data, self.state, self.spec)
+            mujoco.mj_step(model, data)
+            yield
+        finally:
+            mujoco.mj_copyData(data, model, self._backup)
