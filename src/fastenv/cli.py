@@ -1,5 +1,6 @@
 """The ``fastenv`` command: ``fastenv bench`` runs the ablation on LIBERO (the main job);
-``fastenv tune`` finds the fastest layout for an env and a policy."""
+``fastenv tune`` finds the fastest layout for an env and a policy; ``fastenv conform`` checks
+fastenv against the stock simulator over its task space."""
 
 from __future__ import annotations
 
@@ -59,6 +60,113 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpus", type=int, help="CPUs to plan for (default: what this process may use, cgroup limits included)")
     p.add_argument("--out", default="fastenv_plan.json", help="where to write the plan (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _conform_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "conform",
+        help="fastenv against the stock simulator over every task, key set and mode (exact comparison)",
+        description="Play one scenario per case (episode ends inside chunks, seeded and unseeded resets) through "
+        "fastenv and through the stock simulator stepped one action at a time, compare every value exactly, and "
+        "write the per-case table as JSON. Without sampling options every case of every task runs (hours).",
+    )
+    p.add_argument("backend", choices=["libero", "maniskill"], help="which simulator")
+    p.add_argument("--tasks", nargs="+", metavar="TASK", help="only these tasks (libero_90/35, PickCube-v1...)")
+    p.add_argument("--sample-tasks", type=int, metavar="N", help="a sample of N tasks")
+    p.add_argument("--cases-per-task", type=int, metavar="M", help="a sample of M cases of each task")
+    p.add_argument("--seed", help="the samples' seed (default: FASTENV_CONFORM_SEED, else the git commit)")
+    p.add_argument("--shard", metavar="I/N", help="every N-th task from the I-th (to split a sweep over machines)")
+    p.add_argument("--jobs", type=int, default=1, help="processes sharing the tasks, one core each (default %(default)s)")
+    p.add_argument("--out", help="the JSON table (default results/conformance_<backend>.json)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _run_conform(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    import os
+    import shlex
+    import time
+
+    from fastenv import conformance
+
+    shard = None
+    if args.shard:
+        try:
+            i, n = (int(x) for x in args.shard.split("/"))
+        except ValueError:
+            parser.error(f"--shard takes I/N, got {args.shard!r}")
+        shard = (i, n)
+    for name in ("sample_tasks", "cases_per_task"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    seed = args.seed or conformance.sample_seed()
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    start = time.perf_counter()
+    out = args.out or os.path.join("results", f"conformance_{args.backend}.json")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    command = "fastenv " + " ".join(shlex.quote(a) for a in argv)
+    if args.jobs > 1:
+        if shard is not None:
+            parser.error("--jobs splits the tasks itself; give --jobs or --shard, not both")
+        return _conform_jobs(args, seed, out, command, start)
+    try:
+        module, tasks = conformance.select(args.backend, tasks=args.tasks, sample_tasks=args.sample_tasks, seed=seed, shard=shard)
+    except ValueError as exc:
+        parser.error(str(exc))
+    def save(task: str, outcomes: list) -> None:  # the table so far, so a long sweep loses nothing
+        done = tasks.index(task) + 1
+        failed = sum(1 for o in outcomes if not o.passed)
+        print(f"[{done}/{len(tasks)}] {task}: {len(outcomes)} cases so far, {failed} differ", file=sys.stderr, flush=True)
+        extra = {"seed": seed, "tasks": tasks, "complete": done == len(tasks)}
+        conformance.write_table(out, outcomes, command=command, seconds=time.perf_counter() - start, extra=extra)
+
+    outcomes = conformance.sweep(module, tasks, cases_per_task=args.cases_per_task, seed=seed, progress=not args.quiet, after_task=save)
+    seconds = time.perf_counter() - start
+    payload = conformance.write_table(out, outcomes, command=command, seconds=seconds, extra={"seed": seed, "tasks": tasks, "complete": True})
+    return _conform_report(args.backend, payload, seconds, out)
+
+
+def _conform_jobs(args: argparse.Namespace, seed: str, out: str, command: str, start: float) -> int:
+    """Run the sweep as ``args.jobs`` shards in subprocesses (one native thread each), then merge."""
+    import os
+    import subprocess
+    import tempfile
+    import time
+
+    from fastenv import conformance
+
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(out) or ".", prefix=".conform-") as tmp:
+        parts = [os.path.join(tmp, f"shard{i}.json") for i in range(args.jobs)]
+        base = [sys.executable, "-m", "fastenv.cli", "conform", args.backend, "--seed", seed, "--quiet"]
+        for name in ("tasks", "sample_tasks", "cases_per_task"):
+            value = getattr(args, name)
+            if value is not None:
+                base += [f"--{name.replace('_', '-')}", *(map(str, value) if isinstance(value, list) else [str(value)])]
+        env = {**os.environ, "LP_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        procs = [subprocess.Popen([*base, "--shard", f"{i}/{args.jobs}", "--out", part], env=env) for i, part in enumerate(parts)]
+        codes = [p.wait() for p in procs]
+        missing = [part for part, code in zip(parts, codes) if not os.path.exists(part)]
+        if missing:
+            print(f"shards failed to write their tables (exit codes {codes})", file=sys.stderr)
+            return 2
+        seconds = time.perf_counter() - start
+        payload = conformance.merge_tables(parts, out, command=command, seconds=seconds, extra={"seed": seed, "jobs": args.jobs})
+    return _conform_report(args.backend, payload, seconds, out)
+
+
+def _conform_report(backend: str, payload: dict, seconds: float, out: str) -> int:
+    total = payload["summary"]["total"]
+    print(
+        f"{backend}: {len(payload['summary']['tasks'])} tasks, {total['cases']} cases: {total['passed']} passed, "
+        f"{total['failed']} failed, {total['skipped']} skipped; {total['compared']:,} values compared in {seconds:.0f} s; wrote {out}"
+    )
+    for row in payload["cases"]:
+        if not row["passed"]:
+            print(f"  DIFFERS {row['case']['id']}: {row['difference']}")
+        elif row["skipped"]:
+            print(f"  skipped {row['case']['id']}: {row['skipped']}")
+    return 1 if total["failed"] else 0
 
 
 def _literal(text: str) -> object:
@@ -123,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _bench_parser(sub)
     _tune_parser(sub)
+    _conform_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "conform":
+        return _run_conform(parser, args, sys.argv[1:] if argv is None else list(argv))
     if args.command == "tune":
         _run_tune(parser, args)
     if args.command == "bench":
