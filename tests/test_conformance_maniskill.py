@@ -50,6 +50,14 @@ def test_a_case_that_runs_compares_every_chunk_and_crosses_an_episode_end():
     assert outcome.compared > 500
 
 
+def test_a_multi_robot_task_steps_its_dict_actions_as_stock_does():
+    # Two robots, a Dict of actions: fastenv's adapter used to turn it into an object array.
+    case = Case("maniskill", "TwoRobotStackCube-v1", "state", (("chunk", 1),))
+    [outcome] = run_cases([case], conform.check, progress=False)
+    assert outcome.passed and outcome.skipped is None, outcome.difference
+    assert outcome.compared > 500
+
+
 def test_cases_cover_the_registry_and_refuse_unknown_tasks():
     from fastenv.backends.maniskill import _maniskill
 

@@ -276,6 +276,13 @@ def _row(value: Any) -> Any:
     return value
 
 
+def _action(action: Any) -> Any:
+    """An action as ManiSkill takes it: numpy, a dict of numpy per agent for multi-robot tasks."""
+    if isinstance(action, Mapping):
+        return {key: np.asarray(value) for key, value in action.items()}
+    return np.asarray(action)
+
+
 class ManiSkillAdapter:
     """One ManiSkill env (``num_envs=1``, ManiSkill's CPU simulation) as a fastenv simulator adapter.
 
@@ -349,7 +356,7 @@ class ManiSkillAdapter:
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
         # BaseEnv.step without get_obs: controller and physics, evaluation, reward.
         base = self.base
-        applied = base._step_action(np.asarray(action))
+        applied = base._step_action(_action(action))
         base._elapsed_steps += 1
         info = base.get_info()
         reward = base.get_reward(obs=None, action=applied, info=info)
@@ -361,7 +368,7 @@ class ManiSkillAdapter:
         return self._observation(self.base.get_obs(self._info))
 
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
-        raw, reward, terminated, _, info = self.base.step(np.asarray(action))
+        raw, reward, terminated, _, info = self.base.step(_action(action))
         self._info = info
         terminated = not self.ignore_terminations and bool(_row(terminated))
         return self._observation(raw), float(_row(reward)), terminated, False, _row(info)

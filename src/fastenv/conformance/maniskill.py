@@ -258,18 +258,31 @@ def _keys(case: Case, stock: Any) -> list[str]:
     return [f"{cam}_rgb" for cam in cameras]
 
 
-def _check_actions(stock: Any) -> None:
+def _plain_actions(stock: Any, chunk: int) -> bool:
+    """True for a task whose actions chunks do not take (Dict actions of multi-robot tasks): its
+    chunk-1 case runs plain actions (``chunk=None``); a longer chunk is skipped, said as such."""
     from gymnasium import spaces
 
     space = stock.unwrapped.single_action_space
-    if not isinstance(space, spaces.Box):
+    if isinstance(space, spaces.Box):
+        return False
+    if chunk > 1:
         raise Skip(
             f"fastenv limitation: the task's actions are a {type(space).__name__} space ({space}); fastenv's action "
-            "chunks (ActionChunk) take Box, Discrete and MultiDiscrete actions"
+            "chunks (ActionChunk) take Box, Discrete and MultiDiscrete actions (its chunk-1 case runs plain actions)"
         )
+    return True
 
 
-def _actions(space: Any, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def _actions(space: Any, shape: tuple[int, ...], rng: np.random.Generator) -> Any:
+    """Random actions of ``space`` (a Box, or a Dict of Boxes: an array of dicts) in ``shape``."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        out = np.empty(shape, dtype=object)
+        for index in np.ndindex(*shape):
+            out[index] = {key: _actions(sub, (), rng) for key, sub in space.spaces.items()}
+        return out
     low = np.where(np.isfinite(space.low), space.low, -1.0)
     high = np.where(np.isfinite(space.high), space.high, 1.0)
     return rng.uniform(low, high, (*shape, *space.shape)).astype(space.dtype)
@@ -408,10 +421,10 @@ def _check_single(case: Case, cmp: Comparer, chunk: int, rng: np.random.Generato
     stock = _StockEnv(case, stream_seed)
     ours = None
     try:
-        _check_actions(stock.env)
+        plain = _plain_actions(stock.env, chunk)
         keys = _keys(case, stock.env)
         ours = _OursEnv(
-            stream_seed, ms.make_cpu_env, case.task, modalities=keys, chunk=chunk, obs_mode=_obs_mode(case),
+            stream_seed, ms.make_cpu_env, case.task, modalities=keys, chunk=None if plain else chunk, obs_mode=_obs_mode(case),
             camera_size=CAMERA if case.keys != "state" else None, max_episode_steps=EPISODE, **_task_kwargs(case),
         )
         seeds = iter(SEEDS)
@@ -421,7 +434,9 @@ def _check_single(case: Case, cmp: Comparer, chunk: int, rng: np.random.Generato
         episodes = c = 0
         while episodes < EPISODES:
             sub = actions[c]
-            obs, reward, terminated, truncated, info = ours.step(sub)
+            obs, reward, terminated, truncated, info = ours.step(sub[0] if plain else sub)
+            if plain:  # one action, the simulator's own step: no chunk keys
+                info = {**info, "chunk_steps": 1, "chunk_rewards": np.array([reward], dtype=np.float64)}
             rewards = np.zeros(chunk)
             for k in range(chunk):
                 raw, r, s_term, s_trunc, s_info = stock.step(sub[k])
@@ -510,7 +525,8 @@ def _check_vector(case: Case, cmp: Comparer, chunk: int, n: int, rng: np.random.
     envs = None
     try:
         stocks += [_StockEnv(case, stream_seed, enhanced_determinism=True) for _ in range(n)]
-        _check_actions(stocks[0].env)
+        if _plain_actions(stocks[0].env, chunk):  # (vector cases are for tasks with Box actions)
+            raise Skip(f"the vector-env case chunks actions; {case.task}'s are not a Box")
         keys = _keys(case, stocks[0].env)
         envs = _fastenv_call(
             "build the vector env", gym.make_vec, "fastenv/ManiSkill-v0", num_envs=n, num_workers=1, env_id=case.task,
