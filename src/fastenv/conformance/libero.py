@@ -19,6 +19,11 @@ replays the same actions one ``env.step`` at a time, with LIBERO's ``env.seed(se
 fastenv returns (first, at each chunk's end, final observations, the next episode's first),
 each sub-step's reward, terminated, truncated and ``success``.
 
+Each case's reference is LIBERO's env built in the same world as fastenv's: robosuite shrinks
+every site of the model when any camera has a segmentation sensor, which changes RGB images
+(``_TaskRunner``), so segmentation keys are compared in envs built with segmentation and every
+other key in envs built without, as a user who keeps them gets them.
+
 The reference is a freshly built stock env's first reset for every seeded reset: LIBERO grows
 its list of object-property samplers at every model load, so a stock env's own later resets draw
 more random numbers and place fixtures elsewhere for the same seed (``scene.py``); the reference
@@ -93,8 +98,7 @@ def cases(task_list: Sequence[str] | None = None) -> list[Case]:
 
 def task_keys(task: str) -> list[str]:
     """Every observation key of a task, read from an env built without cameras (cached per task)."""
-    runner = _runner(task)
-    return runner.keys()
+    return _runner(task).keys()
 
 
 # -- the runner of one task (its envs are built once, for all its cases) -----------------------------
@@ -144,6 +148,16 @@ class _SuccessAt:
 
 
 class _TaskRunner:
+    """The envs of one task, built once for all its cases, one at a time.
+
+    robosuite shrinks every site of the model to nothing when any camera has a segmentation
+    sensor (so that sites stay out of the masks): an env built with segmentation renders its RGB
+    images without the sites others show. Each case is therefore compared with a stock env built
+    in the same world: segmentation keys with one that has segmentation (``"every_seg"``), every
+    other key with one that has none (``"every"``: all cameras, RGB and depth; ``"default"``:
+    LIBERO's own default, the reference of the stock set at chunk 1).
+    """
+
     def __init__(self, task: str) -> None:
         from fastenv.backends.libero import LiberoTask
 
@@ -154,30 +168,48 @@ class _TaskRunner:
         self._keys: list[str] | None = None
         self._cameras: tuple[str, ...] | None = None
         self._stock: Any = None
-        self._stock_every_camera = False
-        self._recordings: dict[int, _Recording] = {}
-        self._envs: dict[str, Any] = {}
+        self._stock_world = ""
+        self._recordings: dict[tuple[int, str], _Recording] = {}
+        self._env: Any = None
+        self._env_kind = ""
 
     # -- envs ---------------------------------------------------------------------------------
     def keys(self) -> list[str]:
+        """Every key of the task, segmentation keys last (their world is built last)."""
         if self._keys is None:
-            env = self._fastenv("shared")
-            self._keys = list(env.unwrapped.available_modalities())
+            self._probe()
         return self._keys
 
+    def cameras(self) -> tuple[str, ...]:
+        """Every camera of the task's model."""
+        if self._cameras is None:
+            self._probe()
+        return self._cameras
+
+    def _probe(self) -> None:
+        from fastenv.backends.libero import LiberoAdapter
+
+        probe = LiberoAdapter(self.task, keys=["robot0_proprio-state"], camera_size=CAMERA)  # no camera: cheap
+        try:
+            self._cameras = probe._model_cameras
+            keys = list(probe.available_keys())
+        finally:
+            probe.close()
+        self._keys = [k for k in keys if "_segmentation_" not in k] + [k for k in keys if "_segmentation_" in k]
+
     def _fastenv(self, kind: str) -> Any:
-        """fastenv's env below its ``ActionChunk``: "shared" (a ``SimEnv`` with every camera kind
-        built, on which single keys are selected), or "default"/"stock" (``make_env`` for that key
-        set, as a user builds it)."""
+        """fastenv's env below its ``ActionChunk`` (the one alive; another kind closes it):
+        "shared" (a ``SimEnv`` with every camera's RGB and depth built, on which single keys are
+        selected), "shared_seg" (every camera's segmentation), or "default"/"stock" (``make_env``
+        for that key set, as a user builds it)."""
         from fastenv.backends.libero import DEFAULT_MODALITIES, LiberoAdapter, make_env
         from fastenv.core import SimEnv
 
-        env = self._envs.get(kind)
-        if env is None:
-            if kind == "shared":
-                kinds = ["image", "depth", *(f"segmentation_{level}" for level in SEG_LEVELS)]
-                keys = [f"{cam}_{k}" for cam in self.cameras() for k in kinds]
-                adapter = LiberoAdapter(self.task, keys=keys, camera_size=CAMERA)
+        if self._env_kind != kind:
+            self._close_env()
+            if kind.startswith("shared"):
+                kinds = [f"segmentation_{level}" for level in SEG_LEVELS] if kind == "shared_seg" else ["image", "depth"]
+                adapter = LiberoAdapter(self.task, keys=[f"{cam}_{k}" for cam in self.cameras() for k in kinds], camera_size=CAMERA)
                 env = SimEnv(adapter, max_episode_steps=SCENARIO.time_limit)
             else:
                 env = make_env(
@@ -186,39 +218,34 @@ class _TaskRunner:
                 )
             raw = env.unwrapped.adapter._raw
             raw._check_success = _SuccessAt(raw, SCENARIO.success_step)
-            self._envs[kind] = env
-        return env
+            self._env, self._env_kind = env, kind
+        return self._env
 
-    def cameras(self) -> tuple[str, ...]:
-        """Every camera of the task's model (read from an env built without any)."""
-        if self._cameras is None:
-            from fastenv.backends.libero import LiberoAdapter
-
-            probe = LiberoAdapter(self.task, keys=["robot0_proprio-state"], camera_size=CAMERA)
-            self._cameras = probe._model_cameras
-            probe.close()
-        return self._cameras
-
-    def _stock_env(self, every_camera: bool) -> Any:
-        """LIBERO's own env: with every camera and image kind (the reference for every key), or
-        as LIBERO builds it by default (two RGB cameras: the reference of the stock key set)."""
-        if self._stock is not None and self._stock_every_camera != every_camera:
+    def _stock_env(self, world: str) -> Any:
+        """LIBERO's own env in ``world`` (the one alive; another world closes it)."""
+        if self._stock_world != world:
             self._close_stock()
-        if self._stock is None:
             from fastenv.backends.libero import _libero
 
             _libero()
             from libero.libero.envs import OffScreenRenderEnv
 
             kwargs: dict[str, Any] = {}
-            if every_camera:
-                cameras = list(self.cameras())
-                kwargs = dict(camera_names=cameras, camera_depths=True, camera_segmentations=[list(SEG_LEVELS)] * len(cameras))
+            cameras = list(self.cameras())
+            if world == "every":
+                kwargs = dict(camera_names=cameras, camera_depths=True)
+            elif world == "every_seg":
+                kwargs = dict(camera_names=cameras, camera_segmentations=[list(SEG_LEVELS)] * len(cameras))
             self._stock = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, camera_heights=CAMERA, camera_widths=CAMERA, **kwargs)
-            self._stock_every_camera = every_camera
+            self._stock_world = world
             self._stock_success = _SuccessAt(self._stock.env, SCENARIO.success_step)
             self._stock.env._check_success = self._stock_success
         return self._stock
+
+    def _close_env(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env, self._env_kind = None, ""
 
     def _close_stock(self) -> None:
         from fastenv.backends.libero import _make_gl_current
@@ -226,12 +253,10 @@ class _TaskRunner:
         if self._stock is not None:
             _make_gl_current(self._stock.env)
             self._stock.close()
-            self._stock = None
+            self._stock, self._stock_world = None, ""
 
     def close(self) -> None:
-        for env in self._envs.values():
-            env.close()
-        self._envs.clear()
+        self._close_env()
         self._close_stock()
 
     # -- the scenario ---------------------------------------------------------------------------
@@ -254,15 +279,14 @@ class _TaskRunner:
         rng, _ = seeding.np_random(self.seed)
         return [int(rng.integers(len(self.task.init_states))) for _ in range(3)]
 
-    def _record(self, chunk: int) -> _Recording:
-        """The stock env through the scenario, every step's observation kept."""
+    def _record(self, chunk: int, world: str) -> _Recording:
+        """The stock env of ``world`` through the scenario, every step's observation kept."""
         from fastenv.backends.libero import _make_gl_current
         from fastenv.backends.libero.scene import PropertySamplers
 
-        if chunk in self._recordings:
-            return self._recordings[chunk]
-        # Chunk 4 is every case's scenario (single keys need every camera); chunk 1 only the stock set's.
-        env = self._stock_env(every_camera=chunk > 1)
+        if (chunk, world) in self._recordings:
+            return self._recordings[chunk, world]
+        env = self._stock_env(world)
         raw = env.env
         samplers = PropertySamplers(raw)
         rec = _Recording(init_ids=self._init_ids())
@@ -285,7 +309,7 @@ class _TaskRunner:
                 c += 1
             rec.steps.append(taken)
         self._stock_success.on = False
-        self._recordings[chunk] = rec
+        self._recordings[chunk, world] = rec
         return rec
 
     # -- one case -------------------------------------------------------------------------------
@@ -297,15 +321,18 @@ class _TaskRunner:
         if case.keys in ("default", "stock"):
             env = self._fastenv(case.keys)
             keys = list(env.observation_space.spaces)
+            world = "every" if chunk > 1 else "default"
         else:
-            env = self._fastenv("shared")
+            seg = "_segmentation_" in case.keys
+            env = self._fastenv("shared_seg" if seg else "shared")
             keys = [case.keys]
             env.select_modalities(keys)
+            world = "every_seg" if seg else "every"
         sim = env.unwrapped
         adapter = sim.adapter
         adapter.fast_substep = fast
         adapter.hard_reset = adapter._raw.hard_reset = hard
-        rec = self._record(chunk)
+        rec = self._record(chunk, world)
         # The executor the vector env's workers run, with same-step autoreset.
         _, executor = batch_executor([ActionChunk(env, chunk)])
         success = adapter._raw._check_success
