@@ -229,3 +229,53 @@ def test_observables_on_other_timers_fall_back_to_robosuites_loop_and_stay_exact
             r.modify_observable("robot0_joint_pos", "sampling_rate", 20)
         del stock_env.env._check_success
         env.close()
+
+
+class fail_first_placement:
+    """Inside: the next placement raises RandomizationError once, and LIBERO's reset tries again."""
+
+    def __enter__(self):
+        from robosuite.utils.errors import RandomizationError
+        from robosuite.utils.placement_samplers import SequentialCompositeSampler
+
+        self.cls, self.original, self.failed = SequentialCompositeSampler, SequentialCompositeSampler.sample, False
+
+        def sample(sampler, *args, **kwargs):
+            if not self.failed:
+                self.failed = True
+                raise RandomizationError("placement failed on purpose")
+            return self.original(sampler, *args, **kwargs)
+
+        SequentialCompositeSampler.sample = sample
+        return self
+
+    def __exit__(self, *exc):
+        self.cls.sample = self.original
+
+
+def test_a_reset_that_retries_a_failed_placement_draws_as_the_stock_envs(fixture_task):
+    # A hard reset's second attempt loads the model again (LIBERO appends its samplers once
+    # more); an in-place reset's must draw the same numbers.
+    from fastenv.backends.libero import make_env
+
+    seed, state = 13, 2
+    stock = fresh_stock(fixture_task)
+    try:
+        with fail_first_placement() as failure:
+            ref = stock_seeded_reset(stock, fixture_task, seed, state)
+        assert failure.failed
+        ref_fixtures = fixture_positions(stock.env)
+    finally:
+        stock.close()
+    for hard_reset in (False, True):
+        env = make_env(*FIXTURE_TASK, chunk=None, modalities=None, camera_size=SMALL, hard_reset=hard_reset)
+        try:
+            env.reset(seed=seed + 1)
+            with fail_first_placement():
+                obs, _ = env.reset(seed=seed, options={"init_state_id": state})
+            for name, pos in fixture_positions(env.unwrapped.adapter._raw).items():
+                assert np.array_equal(pos, ref_fixtures[name]), f"{name} (hard_reset={hard_reset})"
+            for key in ref:
+                assert np.array_equal(obs[key], ref[key]), f"{key} (hard_reset={hard_reset})"
+        finally:
+            env.close()

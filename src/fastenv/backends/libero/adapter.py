@@ -345,15 +345,22 @@ class LiberoAdapter:
         ``observed=False``), the observation robosuite takes at the end of its reset is thrown
         away, so its camera renders are skipped (every observable still runs its bookkeeping).
         """
+        from robosuite.utils.errors import RandomizationError
+
         raw = self._raw
         self._samplers.before_reset(raw)
+        while True:  # LIBERO's reset: try again while a placement fails
+            try:
+                if raw.hard_reset or observed:
+                    raw_obs = raw.reset()
+                else:
+                    with _renders_skipped(raw.sim):
+                        raw_obs = raw.reset()
+                break
+            except RandomizationError:
+                self._samplers.after_failed_attempt(raw)
         if raw.hard_reset:
-            return self._env.reset()
-        if observed:
-            raw_obs = self._env.reset()
-        else:
-            with _renders_skipped(raw.sim):
-                raw_obs = self._env.reset()
+            return raw_obs
         for robot in raw.robots:
             robot.torques = None
             gripper = getattr(robot, "gripper", None)

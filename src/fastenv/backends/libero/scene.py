@@ -15,8 +15,9 @@ process, and are what this module corrects:
   did before placing the fixtures: a stock env's scene for a given seed changes with the number
   of resets it has done, and an in-place reset (no load) draws fewer than a hard one.
   ``PropertySamplers`` sets the list before every reset to what a freshly built stock env has
-  at its first reset (the build's samplers and the reset's), so every seeded reset, in place or
-  hard, is that first reset.
+  at its first reset (the build's samplers and the reset's; one load's more for each attempt
+  LIBERO repeats after a failed placement), so every seeded reset, in place or hard, is that
+  first reset.
 """
 
 from __future__ import annotations
@@ -79,3 +80,9 @@ class PropertySamplers:
             raw.object_property_initializers = list(self.one_load)
         else:
             raw.object_property_initializers = self.one_load * 2
+
+    def after_failed_attempt(self, raw: Any) -> None:
+        """A placement failed and LIBERO tries the reset again: a hard reset's next attempt loads
+        the model once more (one more load's samplers); an in-place one draws as if it did."""
+        if hasattr(raw, "object_property_initializers") and not raw.hard_reset:
+            raw.object_property_initializers = raw.object_property_initializers + self.one_load
