@@ -71,23 +71,34 @@ def test_unknown_vector_option_is_named():
 
 def test_an_envs_episodes_are_the_same_in_any_layout_on_a_task_with_random_fixtures():
     # libero_90 task 35 places its microwave at random at every reset: each env's episodes (seeded,
-    # then unseeded autoresets) are the same alone in its worker process as in SyncVectorEnv, where
-    # both share the main process.
+    # then unseeded autoresets) are the same alone in its worker process, sharing one worker
+    # served by dynamic batching (env 1 sent first), and in SyncVectorEnv, where both share the
+    # main process.
     from fastenv.backends.libero import make_env
 
     kwargs = dict(suite="libero_90", task_id=35, chunk=4, camera_size=32, max_episode_steps=6,
                   modalities=["agentview_image", "object-state"])
-    ours = PipelineVectorEnv([functools.partial(make_env, **kwargs)] * 2, num_workers=2)
+    alone = PipelineVectorEnv([functools.partial(make_env, **kwargs)] * 2, num_workers=2)
+    shared = PipelineVectorEnv([functools.partial(make_env, **kwargs)] * 2, num_workers=1, pipeline_stages=2)
     ref = SyncVectorEnv([functools.partial(make_env, **kwargs)] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
     try:
-        assert_same(ours.reset(seed=11), ref.reset(seed=11), "reset")
+        first = ref.reset(seed=11)
+        assert_same(alone.reset(seed=11), first, "reset")
+        assert_same(shared.reset(seed=11)[0], first[0], "reset (one worker)")
         rng = np.random.default_rng(4)
         for t in range(5):  # episodes of 6 steps in chunks of 4: two autoresets per env
             actions = rng.uniform(-1, 1, (2, 4, 7)).astype(np.float32)
-            out, ref_out = ours.step(actions), ref.step(actions)
+            out, ref_out = alone.step(actions), ref.step(actions)
             for name, a, b in zip(("obs", "reward", "terminated", "truncated"), out[:4], ref_out[:4]):
                 assert_same(a, b, f"step {t} {name}")
             assert_same(without_legacy_keys(out[4]), lift_step_keys(ref_out[4], 2), f"step {t} infos")
+            for i in (1, 0):
+                shared.send(actions[[i]], env_ids=[i])
+            obs, reward, terminated, truncated, infos = shared.recv(max_batch=2)
+            for row, i in enumerate(infos["env_ids"].tolist()):
+                for key in obs:
+                    assert np.array_equal(obs[key][row], ref_out[0][key][i]), f"step {t} env {i} {key} (one worker)"
+                assert (reward[row], terminated[row], truncated[row]) == (ref_out[1][i], ref_out[2][i], ref_out[3][i])
     finally:
-        ours.close()
-        ref.close()
+        for envs in (alone, shared, ref):
+            envs.close()

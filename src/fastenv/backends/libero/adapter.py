@@ -107,6 +107,11 @@ class LiberoAdapter:
             (``_ControlLoop``, bit for bit robosuite's); False runs robosuite's own loop, for
             measuring what the fast one saves.
 
+    A kept key's sensor gets every sensor it reads (``observables.sensor_dependencies``); a
+    sub-step records where the stock step would sample the observables, so ``observe()`` after it
+    is the stock step's observation; each env draws its scenes from its own generator, and
+    every seeded reset is a freshly built stock env's first (``scene``).
+
     Example:
         >>> adapter = LiberoAdapter(LiberoTask.load("libero_10", 0), keys=["robot0_proprio-state"])
     """
