@@ -144,6 +144,7 @@ class PipelineVectorEnv(VectorEnv):
         layout: Any = None,
         tune_options: Mapping[str, Any] | None = None,
     ) -> None:
+        w.check_not_bootstrapping()  # a worker re-running the user's script must not build workers
         self.closed = True  # until the workers are up, close() has nothing to do
         self._clock: profiling.MainClock | None = None
         env_fns = list(env_fns)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,6 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector.utils import CloudpickleWrapper
 
 from fastenv.vector import worker as w
 from fastenv.vector.shared import SharedArrays
@@ -102,6 +102,20 @@ def child_environment(variables: Mapping[str, str]) -> Iterator[None]:
 class _Process:
     process: Any
     conn: Any
+    note: str = ""  # where the worker writes why it could not start (see worker.check_not_bootstrapping)
+
+
+def _read_note(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 class ProcessTransport:
@@ -120,26 +134,37 @@ class ProcessTransport:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(
             target=w.worker_main,
-            args=(CloudpickleWrapper(list(env_fns)), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait),
+            args=(w.PickledFns(env_fns), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait),
             name=f"fastenv-worker-{worker.index}",
             daemon=True,
         )
-        with child_environment(w.limit_threads(self._threads)):
+        fd, note = tempfile.mkstemp(prefix="fastenv-worker-note-")
+        os.close(fd)
+        with child_environment({**w.limit_threads(self._threads), w.MAIN_GUARD_NOTE: note}):
             process.start()
         child.close()
-        worker.handle = _Process(process, parent)
+        worker.handle = _Process(process, parent, note)
         self._poller.register(parent.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
         self._fd_worker[parent.fileno()] = worker
 
     def ready(self, worker: Worker, timeout: float) -> dict[str, Any]:
         conn = worker.handle.conn
         if not conn.poll(timeout):
+            _remove(worker.handle.note)
             raise WorkerError(f"worker {worker.index} built no env within startup_timeout={timeout}s")
         try:
             message = conn.recv()
         except (EOFError, OSError) as exc:
+            worker.handle.process.join(5.0)
+            why = _read_note(worker.handle.note)
+            if why:
+                raise WorkerError(f"worker {worker.index} could not start: {why}") from None
             code = worker.handle.process.exitcode
-            raise WorkerError(f"worker {worker.index} died while building its envs (exit code {code})") from exc
+            raise WorkerError(
+                f"worker {worker.index} died while building its envs (exit code {code}); its own output above says why"
+            ) from exc
+        finally:
+            _remove(worker.handle.note)
         if message[0] == w.STARTUP_ERROR:
             raise WorkerError(f"worker {worker.index} failed to build its envs: {message[1]}\n{message[2]}")
         return message[1]
@@ -199,6 +224,7 @@ class ProcessTransport:
         self._forget(worker)
 
     def _forget(self, worker: Worker) -> None:
+        _remove(worker.handle.note)
         conn = worker.handle.conn
         fd = conn.fileno() if not conn.closed else None
         if fd is not None and self._fd_worker.get(fd) is worker:

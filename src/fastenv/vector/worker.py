@@ -34,6 +34,55 @@ READY, ENV, ERROR, STARTUP_ERROR, RESULT = "ready", "env", "error", "startup_err
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "LP_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
+MAIN_GUARD_NOTE = "FASTENV_WORKER_NOTE"  # a file where a worker that cannot start says why
+MAIN_GUARD_MESSAGE = (
+    "fastenv's vector env starts its workers with 'spawn', which runs your script again in each worker: "
+    "build the vector env (gym.make_vec, PipelineVectorEnv, make_vec_env...) under `if __name__ == \"__main__\":`"
+)
+
+
+def check_not_bootstrapping() -> None:
+    """Refuse to start workers from inside a worker that is still importing the user's script.
+
+    A spawned worker runs the main script's module-level code again; without the
+    ``if __name__ == "__main__":`` guard that code builds another vector env there. The worker
+    writes why to the file its parent named (``MAIN_GUARD_NOTE``) and exits quietly; the parent
+    raises the one-line error.
+    """
+    import multiprocessing
+
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    note = os.environ.get(MAIN_GUARD_NOTE)
+    if note:
+        with open(note, "w") as f:
+            f.write(MAIN_GUARD_MESSAGE)
+        os._exit(3)
+    raise RuntimeError(MAIN_GUARD_MESSAGE)
+
+
+class PickledFns:
+    """Env constructors shipped to a worker with cloudpickle; a failure to unpickle them there is
+    kept, with its traceback, and raised when the worker builds its envs (so the parent hears it)."""
+
+    def __init__(self, fns: Sequence[Callable[[], gym.Env]]) -> None:
+        self.fn = list(fns)
+
+    def __getstate__(self) -> bytes:
+        import cloudpickle
+
+        return cloudpickle.dumps(self.fn)
+
+    def __setstate__(self, blob: bytes) -> None:
+        import pickle
+
+        try:
+            self.fn = pickle.loads(blob)
+            self.error = None
+        except Exception as exc:  # noqa: BLE001  (reported by the worker, see start_core)
+            self.fn, self.error = None, (f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+
 def env_attr(env: gym.Env, name: str, default: Any = None) -> Any:
     """An attribute found anywhere in the wrapper stack, or ``default``."""
     try:
@@ -242,6 +291,9 @@ def start_core(env_fns_blob: Any, env_ids: Sequence[int], rows: Sequence[int], p
         os.environ.update(limit_threads(threads))
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)
+    error = getattr(env_fns_blob, "error", None)
+    if error is not None:
+        raise RuntimeError(f"the env constructors could not be unpickled in the worker: {error[0]}\n{error[1]}")
     core = WorkerCore(env_fns_blob.fn, env_ids, rows)
     description = core.describe(pipeline_stages)
     description["pid"] = os.getpid()

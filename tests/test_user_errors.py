@@ -1,0 +1,49 @@
+"""What a user who gets something wrong sees: one clear line, before anything expensive runs."""
+
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import pytest
+
+from fastenv.vector import PipelineVectorEnv, WorkerError
+
+
+def test_a_script_without_the_main_guard_is_told_so_in_one_line(tmp_path):
+    # Workers are spawned: each runs the script's module-level code again and would build more
+    # workers. Before, this ended in a 150-line traceback and "worker 0 died (exit code 1)".
+    script = tmp_path / "no_guard.py"
+    script.write_text(textwrap.dedent("""
+        import gymnasium as gym
+        from fastenv.vector import PipelineVectorEnv
+
+        envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2)
+        envs.close()
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("fastenv.vector.transport.WorkerError: worker 0 could not start: fastenv's vector env starts")
+    assert 'under `if __name__ == "__main__":`' in last
+    assert len(out.stderr.splitlines()) < 30, out.stderr  # the workers exit quietly: no traceback of theirs
+
+
+def _explode(message):
+    raise ValueError(message)
+
+
+class Unpicklable:
+    """An env constructor that pickles in the parent but fails to unpickle in the worker."""
+
+    def __call__(self):
+        return gym.make("CartPole-v1")
+
+    def __reduce__(self):
+        return _explode, ("this constructor cannot be rebuilt in a worker",)
+
+
+def test_a_worker_that_cannot_unpickle_its_constructors_says_why():
+    with pytest.raises(WorkerError, match=r"(?s)worker 0 failed to build its envs: .*could not be unpickled in the worker: "
+                       r"ValueError: this constructor cannot be rebuilt in a worker"):
+        PipelineVectorEnv([Unpicklable()] * 2, num_workers=1)
