@@ -148,7 +148,7 @@ def test_libero_state_only_builds_no_renderer_and_keeps_the_stock_values(keys, s
 
 @pytest.mark.libero
 def test_libero_unknown_key(libero_slim_env):
-    with pytest.raises(ValueError, match=r"unknown observation key\(s\) \['agentview_rgb'\]; available keys: .*'agentview_image'"):
+    with pytest.raises(ValueError, match=r"unknown observation key\(s\) \['agentview_rgb'\] \('agentview_rgb': did you mean 'agentview_image'\?\); available keys: .*'agentview_image'"):
         libero_slim_env.unwrapped.select_modalities(["agentview_rgb"])
     # still usable, still the same keys
     assert set(libero_slim_env.observation_space.keys()) == {"agentview_image", "robot0_proprio-state"}

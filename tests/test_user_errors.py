@@ -47,3 +47,30 @@ def test_a_worker_that_cannot_unpickle_its_constructors_says_why():
     with pytest.raises(WorkerError, match=r"(?s)worker 0 failed to build its envs: .*could not be unpickled in the worker: "
                        r"ValueError: this constructor cannot be rebuilt in a worker"):
         PipelineVectorEnv([Unpicklable()] * 2, num_workers=1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"chunk": 0}, ValueError, "chunk must be an integer >= 1, got 0"),
+        ({"chunk": 4.0}, TypeError, r"chunk must be an integer >= 1, got 4.0 \(float\)"),
+        ({"gamma": 1.5}, ValueError, r"gamma must be in \(0, 1\], got 1.5"),
+        ({"chunk": None, "gamma": 0.9}, ValueError, "pass chunk= as well"),
+        ({"camera_size": 0}, ValueError, "camera_size must be an integer >= 1, got 0"),
+        ({"max_episode_steps": -1}, ValueError, "max_episode_steps must be an integer >= 1, got -1"),
+        ({"render_mode": "human"}, ValueError, "render_mode must be None or 'rgb_array', got 'human'"),
+        ({"modalities": "agentview_image"}, TypeError, "a sequence of keys, got the string 'agentview_image'"),
+        ({"modalities": []}, ValueError, "at least one observation key"),
+    ],
+)
+@pytest.mark.parametrize("entry", ["make_env", "make_vec"])
+def test_libero_options_are_checked_before_anything_is_built(monkeypatch, entry, kwargs, error, match):
+    from fastenv.backends import libero
+
+    def built(*args, **kw):
+        raise AssertionError("something was built before the options were checked")
+
+    monkeypatch.setattr(libero.LiberoTask, "load", built)
+    monkeypatch.setattr(libero, "make_pipeline", built)
+    with pytest.raises(error, match=match):
+        libero.make_env(**kwargs) if entry == "make_env" else libero.make_vec(2, **kwargs)

@@ -128,7 +128,13 @@ def check_known_keys(keys: Sequence[str], available: Sequence[str]) -> list[str]
         raise ValueError("modalities must name at least one observation key, got an empty list")
     unknown = [key for key in keys if key not in available]
     if unknown:
-        raise ValueError(f"unknown observation key(s) {unknown}; available keys: {sorted(available)}")
+        import difflib
+
+        close = {key: difflib.get_close_matches(key, list(available), n=1) for key in unknown}
+        hints = "; ".join(f"{key!r}: did you mean {match[0]!r}?" for key, match in close.items() if match)
+        raise ValueError(
+            f"unknown observation key(s) {unknown}" + (f" ({hints})" if hints else "") + f"; available keys: {sorted(available)}"
+        )
     return keys
 
 

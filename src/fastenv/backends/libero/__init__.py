@@ -17,6 +17,7 @@ from typing import Any
 from fastenv.backends.libero.adapter import (
     LiberoAdapter,
     RenderConfig,
+    _camera_size,
     _make_gl_current,
     image_key,
     render_config_for,
@@ -97,6 +98,7 @@ def make_env(
     Example:
         >>> env = gym.make("fastenv/Libero-v0", suite="libero_10", task_id=0, chunk=8)
     """
+    _check_options(chunk=chunk, gamma=gamma, camera_size=camera_size, max_episode_steps=max_episode_steps, render_mode=render_mode, modalities=modalities)
     if num_envs is not None or vector_options:
         single = dict(
             suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
@@ -134,6 +136,29 @@ def adopt(env: Any, **options: Any) -> Any:
     return SimEnv(adapter, max_episode_steps=adapter.default_max_episode_steps)
 
 
+def _check_options(
+    *, chunk: Any, gamma: Any, camera_size: Any, max_episode_steps: Any, render_mode: Any, modalities: Any
+) -> None:
+    """The options checked before anything is imported or built (seconds, or a worker per env)."""
+    from fastenv._validation import check_discount, check_positive_int
+
+    if chunk is not None:
+        check_positive_int("chunk", chunk)
+    if gamma is not None:
+        check_discount("gamma", gamma)
+        if chunk is None:
+            raise ValueError("gamma discounts rewards inside a chunk; pass chunk= as well")
+    _camera_size(camera_size)
+    if max_episode_steps is not None:
+        check_positive_int("max_episode_steps", max_episode_steps)
+    if render_mode not in (None, "rgb_array"):
+        raise ValueError(f"LIBERO renders headless: render_mode must be None or 'rgb_array', got {render_mode!r}")
+    if isinstance(modalities, str):
+        raise TypeError(f"modalities must be a sequence of keys, got the string {modalities!r}")
+    if modalities is not None and not list(modalities):
+        raise ValueError("modalities must name at least one observation key, got an empty list")
+
+
 def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
     """N LIBERO envs in a ``PipelineVectorEnv`` (the ``fastenv/Libero-v0`` vector entry point).
 
@@ -146,6 +171,7 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
     unknown = sorted(set(kwargs) - set(VECTOR_OPTIONS) - _ENV_OPTIONS)
     if unknown:
         raise TypeError(f"unknown option(s) {unknown}; env options: {sorted(_ENV_OPTIONS)}, vector options: {list(VECTOR_OPTIONS)}")
+    _check_options(**{key: kwargs.get(key, default) for key, default in _CHECKED_DEFAULTS.items()})
     return make_pipeline(make_env, num_envs, **kwargs)
 
 
@@ -153,3 +179,6 @@ _ENV_OPTIONS = {
     "suite", "task_id", "chunk", "modalities", "camera_size", "gamma", "max_episode_steps",
     "init_state_id", "render_mode", "hard_reset", "fast_substep", "flatten", "episode_statistics",
 }
+
+# make_env's defaults of the options _check_options checks (make_vec checks them before any worker starts).
+_CHECKED_DEFAULTS = {"chunk": 8, "gamma": None, "camera_size": 128, "max_episode_steps": None, "render_mode": None, "modalities": DEFAULT_MODALITIES}
