@@ -74,3 +74,26 @@ def test_libero_options_are_checked_before_anything_is_built(monkeypatch, entry,
     monkeypatch.setattr(libero, "make_pipeline", built)
     with pytest.raises(error, match=match):
         libero.make_env(**kwargs) if entry == "make_env" else libero.make_vec(2, **kwargs)
+
+
+@pytest.mark.maniskill
+def test_maniskills_own_env_renders_after_import_fastenv_with_no_further_call(tmp_path):
+    # SAPIEN needs a Vulkan device; on a machine without one, scripts/vulkan.sh's CPU driver is
+    # found by `import fastenv` itself (before, it needed configure_vulkan() first).
+    import os
+
+    code = textwrap.dedent("""
+        import fastenv, gymnasium as gym, mani_skill.envs
+        env = gym.make("PickCube-v1", obs_mode="rgb", sensor_configs=dict(width=16, height=16))
+        obs, _ = env.reset(seed=0)
+        print(tuple(obs["sensor_data"]["base_camera"]["rgb"].shape))
+        env.close()
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("(1, 16, 16, 3)")
+    # A driver the user chose is left alone.
+    check = "import os, fastenv; print(os.environ['VK_ICD_FILENAMES'])"
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120, env={**env, "VK_ICD_FILENAMES": "/chosen.json"})
+    assert out.stdout.strip() == "/chosen.json"

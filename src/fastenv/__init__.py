@@ -3,6 +3,7 @@
 ``import fastenv`` loads only gymnasium and numpy; each simulator is imported by its backend.
 """
 
+from fastenv.backends._vulkan import configure_vulkan
 from fastenv.backends.base import BatchSimulator, GymAdapter, SimulatorAdapter
 from fastenv.backends.registry import register_backend
 from fastenv.core import Executor, SimEnv, SubstepDisabledWarning
@@ -13,6 +14,7 @@ from fastenv.wrappers import ActionChunk, HeadlessRender, PruneModalities, wrap
 __version__ = "0.1.0"
 
 register_envs()
+configure_vulkan()  # ManiSkill (SAPIEN) then finds the CPU Vulkan driver of scripts/vulkan.sh by itself
 
 __all__ = [
     "ActionChunk",

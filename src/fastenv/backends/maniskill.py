@@ -23,10 +23,8 @@ agents' ``set_action`` and articulation drive targets).
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -36,31 +34,15 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._deps import require
 from fastenv._validation import check_positive_int
+from fastenv.backends._vulkan import configure_vulkan  # noqa: F401  (re-exported: its home before)
 from fastenv.backends.base import KEEP, Info, ObsType, check_known_keys
 from fastenv.core.executor import Executor
 from fastenv.wrappers.action import chunk_space
 
 TEXTURES = ("rgb", "depth", "segmentation", "position", "normal", "albedo")
-VULKAN_ICD = Path("share", "fastenv", "vulkan", "lvp_icd.json")  # under sys.prefix (scripts/vulkan.sh)
 
 
 # -- the machine -----------------------------------------------------------------------------------
-def configure_vulkan() -> str | None:
-    """Point Vulkan's loader at the CPU driver ``scripts/vulkan.sh`` put in this environment.
-
-    Only when no driver was chosen (``VK_ICD_FILENAMES``/``VK_DRIVER_FILES``) and that driver is
-    there; must run before SAPIEN is imported. Returns the ICD file in effect, if any.
-    """
-    chosen = os.environ.get("VK_ICD_FILENAMES") or os.environ.get("VK_DRIVER_FILES")
-    if chosen:
-        return chosen
-    icd = Path(sys.prefix) / VULKAN_ICD
-    if icd.is_file():
-        os.environ["VK_ICD_FILENAMES"] = str(icd)
-        return str(icd)
-    return None
-
-
 def vulkan_unavailable_reason() -> str | None:
     """Why ManiSkill cannot build its envs here, or None when SAPIEN finds a rendering device."""
     configure_vulkan()

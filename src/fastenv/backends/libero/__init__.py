@@ -18,11 +18,11 @@ from fastenv.backends.libero.adapter import (
     LiberoAdapter,
     RenderConfig,
     _camera_size,
-    _make_gl_current,
+    _make_gl_current,  # noqa: F401  (re-exported for the tests and benchmarks)
     image_key,
     render_config_for,
 )
-from fastenv.backends.libero.control import _ControlLoop
+from fastenv.backends.libero.control import _ControlLoop  # noqa: F401  (re-exported)
 from fastenv.backends.libero.task import (
     DEFAULT_MAX_EPISODE_STEPS,
     DEFAULT_MODALITIES,
@@ -31,7 +31,7 @@ from fastenv.backends.libero.task import (
     STOCK_CAMERAS,
     SUITE_MAX_EPISODE_STEPS,
     LiberoTask,
-    _libero,
+    _libero,  # noqa: F401  (re-exported for the tests and benchmarks)
 )
 from fastenv.core import SimEnv
 from fastenv.vector import BatchedEnv, make_pipeline
