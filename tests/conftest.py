@@ -13,13 +13,13 @@ SMALL = 64  # camera side for tests: small, but every render still goes through 
 
 def _libero_missing_reason() -> str | None:
     if importlib.util.find_spec("libero") is None:
-        return 'LIBERO is not installed (pip install "fastenv[libero]")'
+        return 'LIBERO is not installed (pip install "fastenv-rl[libero]")'
     return None
 
 
 def _maniskill_missing_reason() -> str | None:
     if importlib.util.find_spec("mani_skill") is None:
-        return 'ManiSkill is not installed (pip install "fastenv[maniskill]")'
+        return 'ManiSkill is not installed (pip install "fastenv-rl[maniskill]")'
     from fastenv.backends.maniskill import vulkan_unavailable_reason
 
     return vulkan_unavailable_reason()

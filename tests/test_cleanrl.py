@@ -40,7 +40,7 @@ def test_patch_changes_exactly_one_statement():
 @pytest.mark.libero
 @pytest.mark.skipif(SCRIPT is None, reason="set CLEANRL_PPO_SCRIPT to CleanRL's ppo_continuous_action.py (not redistributed)")
 def test_cleanrl_ppo_continuous_action_runs_on_libero(tmp_path):
-    pytest.importorskip("tyro", reason="CleanRL's script needs tyro and tensorboard: pip install 'fastenv[cleanrl]'")
+    pytest.importorskip("tyro", reason="CleanRL's script needs tyro and tensorboard: pip install 'fastenv-rl[cleanrl]'")
     script = tmp_path / "ppo_continuous_action.py"
     script.write_text(patched(Path(SCRIPT).read_text()))
     args = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--no-cuda"]

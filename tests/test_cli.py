@@ -18,7 +18,7 @@ def test_impossible_layout_is_refused_before_building_anything(capsys):
 
 @pytest.mark.libero
 def test_bench_quick_writes_table_json_and_chart(tmp_path):
-    pytest.importorskip("torch", reason='fastenv bench needs pip install "fastenv[bench]"')
+    pytest.importorskip("torch", reason='fastenv bench needs pip install "fastenv-rl[bench]"')
     out = subprocess.run(
         [sys.executable, "-m", "fastenv.cli", "bench", "--quick", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=900,

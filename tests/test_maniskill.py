@@ -7,7 +7,7 @@ tests/test_maniskill_cpu.py.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv[maniskill]")')
+torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv-rl[maniskill]")')
 
 from fake_maniskill import FakeManiSkillEnv  # noqa: E402
 

@@ -17,8 +17,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv[maniskill]")')
-pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv[maniskill]")')
+torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv-rl[maniskill]")')
+pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv-rl[maniskill]")')
 
 import fastenv  # noqa: E402
 from fastenv.backends import maniskill as ms  # noqa: E402

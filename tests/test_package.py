@@ -32,9 +32,18 @@ def test_missing_simulator_names_the_extra(monkeypatch):
 
     for name in ("libero", "libero.libero"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(DependencyNotInstalled, match=r'pip install "fastenv\[libero\]"'):
+    with pytest.raises(DependencyNotInstalled, match=r'pip install "fastenv-rl\[libero\]"'):
         libero.LiberoTask.load("libero_10", 0)
 
 
-def test_version():
+def test_the_version_has_one_source_and_the_distribution_its_own_name(capsys):
+    from importlib.metadata import version
+
+    from fastenv.cli import main
+
     assert fastenv.__version__.count(".") == 2
+    # "fastenv" on the package index is an unrelated library: the distribution is fastenv-rl.
+    assert version("fastenv-rl") == fastenv.__version__
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"fastenv {fastenv.__version__}"

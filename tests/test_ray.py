@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "fastenv[ray]")')
+ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "fastenv-rl[ray]")')
 
 from fakes import ActionRecorderEnv, GateEnv, NoisyEnv, RandomLengthEnv  # noqa: E402
 from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402

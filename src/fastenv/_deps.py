@@ -20,5 +20,5 @@ def require(module: str, extra: str, what: str | None = None) -> ModuleType:
         name = what or module
         raise DependencyNotInstalled(
             f"{name} is not installed (import of {module!r} failed: {exc}). "
-            f'Install it with: pip install "fastenv[{extra}]"'
+            f'Install it with: pip install "fastenv-rl[{extra}]"'
         ) from exc

@@ -227,7 +227,10 @@ def _run_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fastenv import __version__
+
     parser = argparse.ArgumentParser(prog="fastenv", description="fastenv: fast robot simulators for RL")
+    parser.add_argument("--version", action="version", version=f"fastenv {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _bench_parser(sub)
     _tune_parser(sub)

@@ -1,6 +1,6 @@
 """A small CNN + MLP actor-critic over a camera image and proprioception, emitting action chunks.
 
-Used by ``fastenv bench`` and the examples. Needs torch (``pip install "fastenv[torch]"``).
+Used by ``fastenv bench`` and the examples. Needs torch (``pip install "fastenv-rl[torch]"``).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def _backend(backend: str) -> str:
     if backend == "numba" and _numba() is None:
         from gymnasium.error import DependencyNotInstalled
 
-        raise DependencyNotInstalled('numba is not installed: pip install "fastenv[numba]"')
+        raise DependencyNotInstalled('numba is not installed: pip install "fastenv-rl[numba]"')
     return backend
 
 

@@ -49,7 +49,7 @@ def vulkan_unavailable_reason() -> str | None:
     try:
         import sapien
     except ImportError:
-        return 'ManiSkill is not installed (pip install "fastenv[maniskill]")'
+        return 'ManiSkill is not installed (pip install "fastenv-rl[maniskill]")'
     try:
         sapien.render.RenderMaterial()  # building any task creates render materials
     except RuntimeError as exc:

@@ -9,7 +9,7 @@ mask. Replace that construction with ``fastenv.integrations.maniskill.make_vec(.
 then run in fastenv's vector env (N CPU envs in worker processes where ManiSkill's own CPU
 simulation holds one, or the batched GPU env in place) and the script sees ManiSkill's conventions.
 
-Importing this module needs ``pip install "fastenv[maniskill]"``.
+Importing this module needs ``pip install "fastenv-rl[maniskill]"``.
 """
 
 from __future__ import annotations

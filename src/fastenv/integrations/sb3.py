@@ -17,7 +17,7 @@ adds the invented reward 0 to its running return once (its observation statistic
 new episode's first observation). This module's ``VecMonitor`` (``make_vec_env``'s) neither
 counts the invented step nor logs the episode it cut; SB3's own logs it, one step longer.
 
-Importing this module needs ``pip install "fastenv[sb3]"``.
+Importing this module needs ``pip install "fastenv-rl[sb3]"``.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ class PipelineVectorEnv(VectorEnv):
             convention of Gymnasium < 1.0 and of CleanRL's scripts).
         context: multiprocessing start method ("spawn" or "forkserver"; never "fork").
         backend: "local" (worker processes on this machine) or "ray" (workers as Ray actors
-            across a cluster; pip install "fastenv[ray]").
+            across a cluster; pip install "fastenv-rl[ray]").
         ray_options: with backend="ray": ``address`` (None starts or joins a local cluster),
             ``num_cpus``, ``num_gpus`` and ``resources`` per worker, ``placement_strategy``
             ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"), ``runtime_env``.
