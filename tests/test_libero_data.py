@@ -279,3 +279,31 @@ def test_a_reset_that_retries_a_failed_placement_draws_as_the_stock_envs(fixture
                 assert np.array_equal(obs[key], ref[key]), f"{key} (hard_reset={hard_reset})"
         finally:
             env.close()
+
+
+@pytest.mark.parametrize("suite, task_id", [("libero_10", 0), ("libero_90", 35), ("libero_spatial", 3)])
+def test_the_state_keys_read_from_the_bddl_file_are_the_simulators(suite, task_id):
+    # make_env refuses an unknown key before building (seconds); the list it checks against must
+    # be exactly the built env's (the conformance sweep checks it on every task, see its table).
+    from fastenv.backends.libero import LiberoAdapter, LiberoTask
+
+    task = LiberoTask.load(suite, task_id)
+    adapter = LiberoAdapter(task, keys=["robot0_proprio-state"], camera_size=SMALL)
+    try:
+        built = [k for k in adapter.available_keys() if not any(k.startswith(f"{cam}_") for cam in adapter._model_cameras)]
+    finally:
+        adapter.close()
+    assert sorted(task.state_keys()) == sorted(built)
+
+
+def test_an_unknown_key_is_refused_with_the_closest_one_before_anything_is_built(monkeypatch):
+    from fastenv.backends import libero
+
+    def built(*args, **kwargs):
+        raise AssertionError("the simulator was built before the keys were checked")
+
+    monkeypatch.setattr(libero, "LiberoAdapter", built)
+    with pytest.raises(ValueError, match=r"\['agentview_rgb'\] \('agentview_rgb': did you mean 'agentview_image'\?\)"):
+        libero.make_env("libero_10", 0, modalities=["agentview_rgb"])
+    with pytest.raises(ValueError, match=r"did you mean 'alphabet_soup_1_to_robot0_eef_pos'\?"):
+        libero.make_env("libero_10", 0, modalities=["robot0_proprio-state", "alphabet_soup_1_to_robot0_eef_po"])

@@ -32,6 +32,7 @@ from fastenv.backends.libero.task import (
     SUITE_MAX_EPISODE_STEPS,
     LiberoTask,
     _libero,  # noqa: F401  (re-exported for the tests and benchmarks)
+    check_keys_before_building,
 )
 from fastenv.core import SimEnv
 from fastenv.vector import BatchedEnv, make_pipeline
@@ -109,6 +110,8 @@ def make_env(
         return BatchedEnv(make_vec(1 if num_envs is None else num_envs, **vector_options, **single))
 
     task = LiberoTask.load(suite, task_id)
+    if modalities is not None:
+        check_keys_before_building(task, list(modalities))
     adapter = LiberoAdapter(
         task,
         keys=modalities,

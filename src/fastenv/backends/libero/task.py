@@ -61,4 +61,38 @@ class LiberoTask:
         bddl = os.path.join(lib.get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
         return cls(suite, int(task_id), bddl, bench.get_task_init_states(int(task_id)), task.language)
 
+    def state_keys(self) -> list[str]:
+        """The task's state observation keys, read from its BDDL file (no simulator is built).
+
+        LIBERO's Panda has these proprio sensors; every movable object has a pose and a pose
+        relative to the gripper; ``<modality>-state`` concatenates a modality's sensors.
+        """
+        from libero.libero.envs import bddl_utils
+
+        problem = bddl_utils.robosuite_parse_problem(self.bddl_file)
+        objects = [name for names in problem["objects"].values() for name in names]
+        per_object = ("pos", "quat", "to_robot0_eef_pos", "to_robot0_eef_quat")
+        return [*PROPRIO_KEYS, *(f"{obj}_{kind}" for obj in objects for kind in per_object), "object-state", "robot0_proprio-state"]
+
+
+PROPRIO_KEYS = (
+    "robot0_joint_pos", "robot0_joint_pos_cos", "robot0_joint_pos_sin", "robot0_joint_vel",
+    "robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "robot0_gripper_qvel",
+)
+IMAGE_KINDS = ("image", "depth", *(f"segmentation_{level}" for level in SEGMENTATION_LEVELS))
+
+
+def check_keys_before_building(task: LiberoTask, keys: list[str]) -> None:
+    """Refuse unknown keys before the simulator is built (seconds): state keys must be the task's;
+    an image key's camera is checked once the model is built (its cameras are the model's)."""
+    from fastenv.backends.base import check_known_keys
+
+    images = {k for k in keys if any(k.endswith(f"_{kind}") and len(k) > len(kind) + 1 for kind in IMAGE_KINDS)}
+    others = [k for k in keys if k not in images]
+    if others:  # a mistyped image key ("agentview_rgb") lands here, and is told the closest one
+        try:
+            check_known_keys(others, [*task.state_keys(), *(f"{cam}_{kind}" for cam in STOCK_CAMERAS for kind in IMAGE_KINDS)])
+        except ValueError as exc:
+            kinds = ", ".join(f"<camera>_{kind}" for kind in IMAGE_KINDS)
+            raise ValueError(f"{exc} (and for every camera of the task's model: {kinds})") from None
 
