@@ -97,3 +97,31 @@ def test_maniskills_own_env_renders_after_import_fastenv_with_no_further_call(tm
     check = "import os, fastenv; print(os.environ['VK_ICD_FILENAMES'])"
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120, env={**env, "VK_ICD_FILENAMES": "/chosen.json"})
     assert out.stdout.strip() == "/chosen.json"
+
+
+@pytest.mark.libero
+def test_gym_makes_max_episode_steps_reaches_the_env_in_simulator_steps():
+    # Before, gym.make kept it for Gymnasium's TimeLimit, which counts chunks: 12 chunks of 8
+    # (96 simulator steps) over the suite's 520, and the env never saw it.
+    import fastenv  # noqa: F401
+
+    env = gym.make("fastenv/Libero-v0", chunk=8, modalities=["robot0_proprio-state"], max_episode_steps=12)
+    try:
+        env.reset(seed=0)
+        action = env.action_space.sample() * 0
+        _, _, terminated, truncated, info = env.step(action)
+        assert not truncated and info["chunk_steps"] == 8
+        _, _, terminated, truncated, info = env.step(action)
+        assert truncated and not terminated and info["chunk_steps"] == 4  # 12 simulator steps in all
+    finally:
+        env.close()
+
+
+def test_gym_makes_max_episode_steps_on_a_batched_env_is_refused_before_building(monkeypatch):
+    import fastenv.backends.libero as libero
+
+    monkeypatch.setattr(libero, "make_vec", lambda *a, **k: pytest.fail("built a vector env"))
+    with pytest.raises(ValueError, match=r"pass it to gym.make_vec\('fastenv/Libero-v0', num_envs=\.\.\., max_episode_steps=40\)"):
+        gym.make("fastenv/Libero-v0", num_envs=2, max_episode_steps=40)
+    with pytest.raises(ValueError, match="builds a batched env here"):
+        gym.make("fastenv/Libero-v0", pipeline_stages=2, max_episode_steps=40)

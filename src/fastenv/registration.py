@@ -1,13 +1,31 @@
-"""Gymnasium ids of the fastenv envs; entry points are strings so nothing heavy is imported."""
+"""Gymnasium ids of the fastenv envs; entry points are strings so nothing heavy is imported.
+
+``gym.make(id, max_episode_steps=N)`` keeps ``N`` to itself: it never reaches the entry point, and
+Gymnasium's ``TimeLimit`` counts actions, which for a chunked env are chunks of K simulator steps.
+fastenv's entry points read it from ``gym.make``'s call and pass it on as the env's own limit
+(each backend's ``max_episode_steps``: simulator steps for LIBERO and ManiSkill), so it means
+what it means everywhere else in fastenv. Gymnasium's ``TimeLimit`` stays above it and never
+fires first (N actions are at least N simulator steps).
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from types import FrameType
+from typing import Any
+
 import gymnasium as gym
 
+BACKENDS = {
+    "fastenv/Libero-v0": "fastenv.backends.libero",
+    "fastenv/Behavior-v0": "fastenv.backends.behavior",
+    "fastenv/ManiSkill-v0": "fastenv.backends.maniskill",
+}
 ENV_IDS = {
-    "fastenv/Libero-v0": ("fastenv.backends.libero:make_env", "fastenv.backends.libero:make_vec"),
-    "fastenv/Behavior-v0": ("fastenv.backends.behavior:make_env", None),
-    "fastenv/ManiSkill-v0": ("fastenv.backends.maniskill:make_env", "fastenv.backends.maniskill:make_vec"),
+    "fastenv/Libero-v0": ("fastenv.registration:make_libero", "fastenv.backends.libero:make_vec"),
+    "fastenv/Behavior-v0": ("fastenv.registration:make_behavior", None),
+    "fastenv/ManiSkill-v0": ("fastenv.registration:make_maniskill", "fastenv.backends.maniskill:make_vec"),
 }
 
 
@@ -23,3 +41,71 @@ def register_envs() -> None:
                 vector_entry_point=vector_entry_point,
                 disable_env_checker=True,
             )
+
+
+def gym_make_time_limit(frame: FrameType | None) -> int | None:
+    """``max_episode_steps`` given to the ``gym.make`` call that runs an entry point, if any.
+
+    ``frame`` is the entry point's caller; ``gym.make`` calls the entry point directly.
+    """
+    make = getattr(gym.envs.registration, "make", None)
+    code = getattr(make, "__code__", None)
+    for _ in range(3):  # gym.make, possibly behind a thin wrapper of Gymnasium's own
+        if frame is None:
+            return None
+        if frame.f_code is code:
+            limit = frame.f_locals.get("max_episode_steps")
+            return None if limit is None or limit == -1 else limit
+        frame = frame.f_back
+    return None
+
+
+def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
+    make_env = importlib.import_module(BACKENDS[env_id]).make_env
+    limit = gym_make_time_limit(frame)
+    if limit is not None:
+        if "max_episode_steps" in kwargs:  # cannot happen through gym.make; kept for direct calls
+            raise ValueError(f"max_episode_steps given twice: {kwargs['max_episode_steps']} and gym.make's {limit}")
+        from fastenv.vector.factory import VECTOR_OPTIONS
+
+        if kwargs.get("num_envs") is not None or any(key in kwargs for key in VECTOR_OPTIONS):
+            raise _batched_time_limit(env_id, limit)
+        kwargs["max_episode_steps"] = limit
+    env = make_env(**kwargs)
+    if limit is not None and _is_batched(env):
+        env.close()  # ManiSkill on a GPU is batched whatever the options
+        raise _batched_time_limit(env_id, limit)
+    return env
+
+
+def _is_batched(env: Any) -> bool:
+    from fastenv.vector.batched import BatchedEnv
+
+    return isinstance(env.unwrapped, BatchedEnv)
+
+
+def _batched_time_limit(env_id: str, limit: int) -> ValueError:
+    return ValueError(
+        f"gym.make({env_id!r}, max_episode_steps={limit}) builds a batched env here (num_envs, vector "
+        "options, or ManiSkill on a GPU), and Gymnasium's TimeLimit would count the batch's steps and "
+        f"truncate every env at once; pass it to gym.make_vec({env_id!r}, num_envs=..., "
+        f"max_episode_steps={limit}), where each env counts its own"
+    )
+
+
+def make_libero(**kwargs: Any) -> Any:
+    """``gym.make("fastenv/Libero-v0", ...)``: ``fastenv.backends.libero.make_env``, with ``gym.make``'s
+    ``max_episode_steps`` passed on (simulator steps)."""
+    return _entry("fastenv/Libero-v0", sys._getframe(1), kwargs)
+
+
+def make_maniskill(**kwargs: Any) -> Any:
+    """``gym.make("fastenv/ManiSkill-v0", ...)``: ``fastenv.backends.maniskill.make_env``, with
+    ``gym.make``'s ``max_episode_steps`` passed on (simulator steps)."""
+    return _entry("fastenv/ManiSkill-v0", sys._getframe(1), kwargs)
+
+
+def make_behavior(**kwargs: Any) -> Any:
+    """``gym.make("fastenv/Behavior-v0", ...)``: ``fastenv.backends.behavior.make_env``, with
+    ``gym.make``'s ``max_episode_steps`` passed on (OmniGibson's own timeout)."""
+    return _entry("fastenv/Behavior-v0", sys._getframe(1), kwargs)
