@@ -14,11 +14,11 @@ import pytest
 
 SCRIPT = os.environ.get("CLEANRL_PPO_SCRIPT")
 ENV_STATEMENT = re.compile(r"^(?P<indent>[ \t]*)envs = gym\.vector\.SyncVectorEnv\(\n.*?^(?P=indent)\)\n", re.M | re.S)
-# The README's line, plus short episodes so some end within the tiny budget.
+# The documented statement (CleanRL's wrappers as vector wrappers), plus short episodes so some
+# end within the tiny budget.
 REPLACEMENT = (
-    '{indent}envs = gym.make_vec("fastenv:fastenv/Libero-v0", num_envs=args.num_envs, chunk=8, '
-    'modalities=["robot0_proprio-state", "object-state"], flatten=True, episode_statistics=True, '
-    'info_format="per_env", max_episode_steps=32)\n'
+    "{indent}import fastenv.integrations.cleanrl\n"
+    "{indent}envs = fastenv.integrations.cleanrl.make_vec(args.num_envs, gamma=args.gamma, max_episode_steps=32)\n"
 )
 
 
@@ -33,8 +33,9 @@ def patched(source: str) -> str:
 def test_patch_changes_exactly_one_statement():
     source = 'x = 1\n    envs = gym.vector.SyncVectorEnv(\n        [make_env(i) for i in range(2)]\n    )\n    assert ok\n'
     out = patched(source)
-    assert out.count("\n") == source.count("\n") - 2
-    assert out.startswith("x = 1\n    envs = gym.make_vec(") and out.endswith("    assert ok\n")
+    assert out.count("\n") == source.count("\n") - 1
+    assert out.startswith("x = 1\n    import fastenv.integrations.cleanrl\n    envs = fastenv.integrations.cleanrl.make_vec(")
+    assert out.endswith("    assert ok\n")
 
 
 @pytest.mark.libero
@@ -48,3 +49,42 @@ def test_cleanrl_ppo_continuous_action_runs_on_libero(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("SPS:") == 2  # two PPO iterations of 2 envs x 16 chunks
     assert "episodic_return=" in out.stdout  # 32-step episodes in chunks of 8 ended and were logged
+
+
+def _pendulum(gamma):
+    import gymnasium as gym
+
+    from fastenv.integrations.cleanrl import ppo_continuous_wrappers
+
+    return ppo_continuous_wrappers(gym.make("Pendulum-v1", max_episode_steps=7), gamma)
+
+
+def test_cleanrls_wrappers_in_fastenvs_workers_equal_them_in_gymnasiums_own_vector_env():
+    # The recipe keeps CleanRL's make_env wrappers around each env, in fastenv's workers: the data
+    # equals SyncVectorEnv (SAME_STEP) over the same wrapped envs, step for step, episode ends included.
+    import functools
+
+    import gymnasium as gym
+    import numpy as np
+
+    from fastenv.vector import PipelineVectorEnv
+
+    make = functools.partial(_pendulum, 0.9)
+    ours = PipelineVectorEnv([make] * 4, num_workers=2)
+    ref = gym.vector.SyncVectorEnv([make] * 4, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    try:
+        a, b = ours.reset(seed=3), ref.reset(seed=3)
+        np.testing.assert_array_equal(a[0], b[0])
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            action = rng.uniform(-4, 4, (4, 1)).astype(np.float32)  # beyond the [-2, 2] bounds: clipped
+            a, b = ours.step(action), ref.step(action)
+            for x, y in zip(a[:4], b[:4]):
+                np.testing.assert_array_equal(x, y)
+            if b[3].any():
+                np.testing.assert_array_equal(a[4]["final_obs"][b[3]].tolist(), b[4]["final_obs"][b[3]].tolist())
+            assert np.abs(a[0]).max() <= 10 and np.abs(a[1]).max() <= 10
+        assert ours.get_attr("gamma") == (0.9,) * 4  # NormalizeReward's, one per env
+    finally:
+        ours.close()
+        ref.close()

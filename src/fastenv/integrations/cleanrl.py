@@ -2,20 +2,26 @@
 
 CleanRL's ``ppo_continuous_action.py`` reads a flat Box observation, sends flat Box actions
 ``(N, act_dim)``, and logs episodes from ``infos["final_info"]`` as a list of per-env dicts with
-``"episode"`` (the Gymnasium 0.29 convention). Replace its env construction statement with:
+``"episode"`` (the Gymnasium 0.29 convention). Its ``make_env`` wraps each env in
+``ClipAction``, ``NormalizeObservation``, an observation clip to [-10, 10], ``NormalizeReward``
+and a reward clip. Replace its env construction statement with:
 
-    envs = gym.make_vec("fastenv:fastenv/Libero-v0", num_envs=args.num_envs, chunk=8,
-                        modalities=["robot0_proprio-state", "object-state"], flatten=True,
-                        episode_statistics=True, info_format="per_env")
+    envs = fastenv.integrations.cleanrl.make_vec(args.num_envs, gamma=args.gamma)
 
-(the ``fastenv:`` prefix makes Gymnasium import fastenv), or call ``make_vec(args.num_envs)``.
+which is ``gym.make_vec("fastenv/Libero-v0", ...)`` with ``OPTIONS``, each env wrapped as the
+script's ``make_env`` wraps it (``ppo_continuous_wrappers``). What a chunk changes for the script:
+one of its steps is K simulator steps, so its ``global_step``, SPS and ``--total-timesteps``
+count chunks, and its ``gamma`` discounts once per chunk (``gamma_per_step ** K`` keeps the
+horizon of an unchunked run); the logged episode return and length are over simulator steps.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 # flatten: one float32 Box in, flat (N, K*7) actions out; episode statistics in final_info,
 # which arrives as one dict per env.
@@ -28,10 +34,52 @@ OPTIONS: dict[str, Any] = {
 }
 
 
-def make_vec(num_envs: int, env_id: str = "fastenv/Libero-v0", **kwargs: Any) -> gym.vector.VectorEnv:
-    """A vector env shaped for CleanRL's continuous-action scripts (``OPTIONS``, overridable).
+def ppo_continuous_wrappers(env: gym.Env, gamma: float) -> gym.Env:
+    """CleanRL's ``ppo_continuous_action.py`` wrappers around one env, as its ``make_env`` puts them.
+
+    Action clipping, observation normalization and its clip to [-10, 10], reward normalization
+    (``gamma``: the script's, applied once per step of ``env``, i.e. per chunk) and its clip, in
+    Gymnasium 1.x's signatures. Applied to each env where it runs (in fastenv's workers), so the
+    running statistics are per env, as in the script's ``SyncVectorEnv``. (Gymnasium's vector
+    observation wrappers refuse a same-step autoreset vector env: they would leave the final
+    observations untransformed.)
 
     Example:
-        >>> envs = make_vec(4, num_workers=2, chunk=8)
+        >>> env = ppo_continuous_wrappers(gym.make("fastenv/Libero-v0", **OPTIONS), gamma=0.99)
     """
-    return gym.make_vec(env_id, num_envs=num_envs, **{**OPTIONS, **kwargs})
+    env = gym.wrappers.ClipAction(env)
+    env = gym.wrappers.NormalizeObservation(env)
+    env = gym.wrappers.TransformObservation(env, _clip10, env.observation_space)
+    env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+    return gym.wrappers.TransformReward(env, _clip10)
+
+
+def _clip10(x: Any) -> Any:
+    return np.clip(x, -10, 10)
+
+
+def _wrapped_env(env_id: str, gamma: float, kwargs: dict[str, Any]) -> gym.Env:
+    return ppo_continuous_wrappers(gym.make(env_id, **kwargs), gamma)
+
+
+def make_vec(
+    num_envs: int, env_id: str = "fastenv/Libero-v0", *, gamma: float | None = None, **kwargs: Any
+) -> gym.vector.VectorEnv:
+    """A vector env shaped for CleanRL's continuous-action scripts (``OPTIONS``, overridable).
+
+    With ``gamma`` (the script's ``args.gamma``), each env is wrapped as the script wraps it
+    (``ppo_continuous_wrappers``, inside fastenv's workers); without, bare. ``kwargs`` takes the
+    env's options and the vector env's (``num_workers``, ``pipeline_stages``, ...).
+
+    Example:
+        >>> envs = make_vec(4, gamma=0.99, num_workers=2, chunk=8)
+    """
+    options = {**OPTIONS, **kwargs}
+    if gamma is None:
+        return gym.make_vec(env_id, num_envs=num_envs, **options)
+    from fastenv.vector import PipelineVectorEnv
+    from fastenv.vector.factory import VECTOR_OPTIONS
+
+    vector = {key: options.pop(key) for key in list(options) if key in VECTOR_OPTIONS}
+    env_fn = functools.partial(_wrapped_env, env_id, gamma, options)
+    return PipelineVectorEnv([env_fn] * num_envs, **vector)
