@@ -37,41 +37,43 @@ def main() -> None:
         chunk=args.chunk,
         camera_size=args.camera_size,
     )
-    steps_per_chunk = args.num_envs * args.chunk
-    obs, _ = envs.reset(seed=0)
+    try:
+        steps_per_chunk = args.num_envs * args.chunk
+        obs, _ = envs.reset(seed=0)
 
-    # 1. Whole steps: plain Gymnasium semantics.
-    start = time.perf_counter()
-    for _ in range(args.iterations):
-        obs, reward, terminated, truncated, infos = envs.step(policy(obs, args.chunk, rng))
-    print(f"step():           {args.iterations * steps_per_chunk / (time.perf_counter() - start):7.1f} env-steps/s")
+        # 1. Whole steps: plain Gymnasium semantics.
+        start = time.perf_counter()
+        for _ in range(args.iterations):
+            obs, reward, terminated, truncated, infos = envs.step(policy(obs, args.chunk, rng))
+        print(f"step():           {args.iterations * steps_per_chunk / (time.perf_counter() - start):7.1f} env-steps/s")
 
-    # 2. Pipeline stages: the policy acts on one stage while the other steps.
-    m = envs.layout.stage_size
-    start = time.perf_counter()
-    for k in range(2):
-        envs.send(policy({key: v[k * m : (k + 1) * m] for key, v in obs.items()}, args.chunk, rng), stage=k)
-    for _ in range(args.iterations - 1):
+        # 2. Pipeline stages: the policy acts on one stage while the other steps.
+        m = envs.layout.stage_size
+        start = time.perf_counter()
+        for k in range(2):
+            envs.send(policy({key: v[k * m : (k + 1) * m] for key, v in obs.items()}, args.chunk, rng), stage=k)
+        for _ in range(args.iterations - 1):
+            for k in range(2):
+                stage_obs, *_ = envs.recv(stage=k)
+                envs.send(policy(stage_obs, args.chunk, rng), stage=k)
         for k in range(2):
             stage_obs, *_ = envs.recv(stage=k)
-            envs.send(policy(stage_obs, args.chunk, rng), stage=k)
-    for k in range(2):
-        stage_obs, *_ = envs.recv(stage=k)
-    print(f"stages:           {args.iterations * steps_per_chunk / (time.perf_counter() - start):7.1f} env-steps/s")
+        print(f"stages:           {args.iterations * steps_per_chunk / (time.perf_counter() - start):7.1f} env-steps/s")
 
-    # 3. Dynamic batching: serve whichever envs are ready, up to half of them at a time.
-    obs, _ = envs.reset(seed=1)
-    start = time.perf_counter()
-    envs.send(policy(obs, args.chunk, rng), env_ids=np.arange(args.num_envs))
-    served = 0
-    while served < args.iterations * args.num_envs:
-        ready_obs, reward, terminated, truncated, infos = envs.recv(max_batch=args.num_envs // 2, timeout=0.05)
-        served += len(infos["env_ids"])
-        envs.send(policy(ready_obs, args.chunk, rng), env_ids=infos["env_ids"])
-    print(f"dynamic batching: {served * args.chunk / (time.perf_counter() - start):7.1f} env-steps/s")
-    while len(envs.in_flight()):
-        envs.recv(max_batch=args.num_envs)
-    envs.close()
+        # 3. Dynamic batching: serve whichever envs are ready, up to half of them at a time.
+        obs, _ = envs.reset(seed=1)
+        start = time.perf_counter()
+        envs.send(policy(obs, args.chunk, rng), env_ids=np.arange(args.num_envs))
+        served = 0
+        while served < args.iterations * args.num_envs:
+            ready_obs, reward, terminated, truncated, infos = envs.recv(max_batch=args.num_envs // 2, timeout=0.05)
+            served += len(infos["env_ids"])
+            envs.send(policy(ready_obs, args.chunk, rng), env_ids=infos["env_ids"])
+        print(f"dynamic batching: {served * args.chunk / (time.perf_counter() - start):7.1f} env-steps/s")
+        while len(envs.in_flight()):
+            envs.recv(max_batch=args.num_envs)
+    finally:
+        envs.close()
 
 
 if __name__ == "__main__":

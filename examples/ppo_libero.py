@@ -75,79 +75,81 @@ def main(cfg: Config) -> dict:
         flatten=True,
         max_episode_steps=cfg.max_episode_steps,
     )
-    obs_dim = envs.single_observation_space.shape[0]
-    agent = ChunkPolicy(None, obs_dim, cfg.chunk, 7)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
-    T, N, S, K = cfg.num_steps, cfg.num_envs, cfg.pipeline_stages, cfg.chunk
-    m = N // S
-    stages = [slice(k * m, (k + 1) * m) for k in range(S)]
+    try:
+        obs_dim = envs.single_observation_space.shape[0]
+        agent = ChunkPolicy(None, obs_dim, cfg.chunk, 7)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        T, N, S, K = cfg.num_steps, cfg.num_envs, cfg.pipeline_stages, cfg.chunk
+        m = N // S
+        stages = [slice(k * m, (k + 1) * m) for k in range(S)]
 
-    obs_buf = np.zeros((T, N, obs_dim), np.float32)
-    act_buf = np.zeros((T, N, K * 7), np.float32)
-    logp_buf, val_buf = np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
-    rew_buf, disc_buf, final_v = np.zeros((T, N)), np.zeros((T, N)), np.zeros((T, N))
-    term_buf, trunc_buf = np.zeros((T, N), bool), np.zeros((T, N), bool)
-    valid_buf = np.ones((T, N), bool)
-    next_values = np.zeros(N)
+        obs_buf = np.zeros((T, N, obs_dim), np.float32)
+        act_buf = np.zeros((T, N, K * 7), np.float32)
+        logp_buf, val_buf = np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+        rew_buf, disc_buf, final_v = np.zeros((T, N)), np.zeros((T, N)), np.zeros((T, N))
+        term_buf, trunc_buf = np.zeros((T, N), bool), np.zeros((T, N), bool)
+        valid_buf = np.ones((T, N), bool)
+        next_values = np.zeros(N)
 
-    def act(t: int, sl: slice, obs: np.ndarray) -> None:
-        with torch.no_grad():
-            dist, value = agent.distribution(None, torch.as_tensor(obs))
-            action = dist.sample()
-        obs_buf[t, sl], act_buf[t, sl] = obs, action.numpy()
-        logp_buf[t, sl], val_buf[t, sl] = dist.log_prob(action).sum(1).numpy(), value.numpy()
-        envs.send(action.clamp(-1, 1).numpy(), stage=sl.start // m)
+        def act(t: int, sl: slice, obs: np.ndarray) -> None:
+            with torch.no_grad():
+                dist, value = agent.distribution(None, torch.as_tensor(obs))
+                action = dist.sample()
+            obs_buf[t, sl], act_buf[t, sl] = obs, action.numpy()
+            logp_buf[t, sl], val_buf[t, sl] = dist.log_prob(action).sum(1).numpy(), value.numpy()
+            envs.send(action.clamp(-1, 1).numpy(), stage=sl.start // m)
 
-    next_obs, _ = envs.reset(seed=cfg.seed)
-    steps, iteration, start = 0, 0, time.time()
-    while steps < cfg.total_steps:
-        iteration += 1
-        for sl in stages:
-            act(0, sl, next_obs[sl])
-        for t in range(T):
-            for k, sl in enumerate(stages):
-                obs, reward, term, trunc, infos = envs.recv(stage=k)
-                rew_buf[t, sl], term_buf[t, sl], trunc_buf[t, sl] = reward, term, trunc
-                disc_buf[t, sl] = infos["chunk_discount"]  # gamma**k, on every step, for every env
-                valid_buf[t, sl] = ~infos.get("worker_restarted", np.zeros(m, bool))
-                ids, finals = final_observations(infos)
-                if len(ids):  # bootstrap truncated episodes from V(final observation)
-                    with torch.no_grad():
-                        final_v[t, sl.start + ids] = agent(None, torch.as_tensor(np.stack(finals)))[1].numpy()
-                if t + 1 < T:
-                    act(t + 1, sl, obs)  # the other stages are stepping meanwhile
-                else:
-                    next_obs[sl] = obs
-                    with torch.no_grad():
-                        next_values[sl] = agent(None, torch.as_tensor(obs))[1].numpy()
-                steps += m * K
-        advantages, returns = gae(
-            rew_buf, val_buf, term_buf, trunc_buf, next_values,
-            final_values=final_v, discounts=disc_buf, valid=valid_buf, lam=cfg.gae_lambda,
-        )
+        next_obs, _ = envs.reset(seed=cfg.seed)
+        steps, iteration, start = 0, 0, time.time()
+        while steps < cfg.total_steps:
+            iteration += 1
+            for sl in stages:
+                act(0, sl, next_obs[sl])
+            for t in range(T):
+                for k, sl in enumerate(stages):
+                    obs, reward, term, trunc, infos = envs.recv(stage=k)
+                    rew_buf[t, sl], term_buf[t, sl], trunc_buf[t, sl] = reward, term, trunc
+                    disc_buf[t, sl] = infos["chunk_discount"]  # gamma**k, on every step, for every env
+                    valid_buf[t, sl] = ~infos.get("worker_restarted", np.zeros(m, bool))
+                    ids, finals = final_observations(infos)
+                    if len(ids):  # bootstrap truncated episodes from V(final observation)
+                        with torch.no_grad():
+                            final_v[t, sl.start + ids] = agent(None, torch.as_tensor(np.stack(finals)))[1].numpy()
+                    if t + 1 < T:
+                        act(t + 1, sl, obs)  # the other stages are stepping meanwhile
+                    else:
+                        next_obs[sl] = obs
+                        with torch.no_grad():
+                            next_values[sl] = agent(None, torch.as_tensor(obs))[1].numpy()
+                    steps += m * K
+            advantages, returns = gae(
+                rew_buf, val_buf, term_buf, trunc_buf, next_values,
+                final_values=final_v, discounts=disc_buf, valid=valid_buf, lam=cfg.gae_lambda,
+            )
 
-        b_obs, b_act = torch.as_tensor(obs_buf.reshape(T * N, -1)), torch.as_tensor(act_buf.reshape(T * N, -1))
-        b_logp, b_val = torch.as_tensor(logp_buf.ravel()), torch.as_tensor(val_buf.ravel())
-        b_adv = torch.as_tensor(advantages.ravel(), dtype=torch.float32)
-        b_ret = torch.as_tensor(returns.ravel(), dtype=torch.float32)
-        kept = np.flatnonzero(valid_buf.ravel())  # transitions that happened
-        batch, minibatch = len(kept), max(2, len(kept) // cfg.num_minibatches)
-        for _ in range(cfg.update_epochs):
-            for idx in np.array_split(np.random.permutation(kept), max(1, batch // minibatch)):
-                dist, value = agent.distribution(None, b_obs[idx])
-                ratio = (dist.log_prob(b_act[idx]).sum(1) - b_logp[idx]).exp()
-                adv = b_adv[idx]
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-                v_loss = 0.5 * ((value - b_ret[idx]) ** 2).mean()
-                loss = pg_loss - cfg.ent_coef * dist.entropy().sum(1).mean() + cfg.vf_coef * v_loss
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-        sps = steps / (time.time() - start)
-        print(f"iteration {iteration}: {steps} simulator steps, {sps:.0f} steps/s, value loss {v_loss.item():.4f}", flush=True)
-    envs.close()
+            b_obs, b_act = torch.as_tensor(obs_buf.reshape(T * N, -1)), torch.as_tensor(act_buf.reshape(T * N, -1))
+            b_logp, b_val = torch.as_tensor(logp_buf.ravel()), torch.as_tensor(val_buf.ravel())
+            b_adv = torch.as_tensor(advantages.ravel(), dtype=torch.float32)
+            b_ret = torch.as_tensor(returns.ravel(), dtype=torch.float32)
+            kept = np.flatnonzero(valid_buf.ravel())  # transitions that happened
+            batch, minibatch = len(kept), max(2, len(kept) // cfg.num_minibatches)
+            for _ in range(cfg.update_epochs):
+                for idx in np.array_split(np.random.permutation(kept), max(1, batch // minibatch)):
+                    dist, value = agent.distribution(None, b_obs[idx])
+                    ratio = (dist.log_prob(b_act[idx]).sum(1) - b_logp[idx]).exp()
+                    adv = b_adv[idx]
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                    v_loss = 0.5 * ((value - b_ret[idx]) ** 2).mean()
+                    loss = pg_loss - cfg.ent_coef * dist.entropy().sum(1).mean() + cfg.vf_coef * v_loss
+                    optimizer.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+                    optimizer.step()
+            sps = steps / (time.time() - start)
+            print(f"iteration {iteration}: {steps} simulator steps, {sps:.0f} steps/s, value loss {v_loss.item():.4f}", flush=True)
+    finally:
+        envs.close()
     return {"steps": steps, "iterations": iteration}
 
 

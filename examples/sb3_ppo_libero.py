@@ -34,13 +34,15 @@ def main() -> None:
         camera_size=args.camera_size,
         max_episode_steps=200,
     )
-    model = PPO(
-        "MultiInputPolicy", venv, n_steps=args.n_steps, batch_size=64, n_epochs=2, verbose=1, device="auto",
-        rollout_buffer_class=RolloutBuffer,
-    )
-    model.learn(total_timesteps=args.timesteps)
-    print(f"trained {model.num_timesteps} chunks ({model.num_timesteps * args.chunk} simulator steps)")
-    venv.close()
+    try:
+        model = PPO(
+            "MultiInputPolicy", venv, n_steps=args.n_steps, batch_size=64, n_epochs=2, verbose=1, device="auto",
+            rollout_buffer_class=RolloutBuffer,
+        )
+        model.learn(total_timesteps=args.timesteps)
+        print(f"trained {model.num_timesteps} chunks ({model.num_timesteps * args.chunk} simulator steps)")
+    finally:
+        venv.close()
 
 
 if __name__ == "__main__":

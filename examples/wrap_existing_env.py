@@ -25,41 +25,40 @@ def main() -> None:
     parser.add_argument("--camera-size", type=int, default=128)
     args = parser.parse_args()
 
-    # 1. LIBERO's own env, built the way LIBERO's examples build it.
-    from fastenv.backends.libero import LiberoTask, _libero
-
-    _libero()  # chooses EGL before MuJoCo loads
-    from libero.libero.envs import OffScreenRenderEnv
+    # 1. LIBERO's own env, built the way LIBERO's examples build it (OffScreenRenderEnv).
+    from fastenv.backends.libero import LiberoTask
 
     task = LiberoTask.load("libero_10", 0)
-    stock = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=args.camera_size, camera_widths=args.camera_size)
-    stock.reset()
-    stock.set_init_state(task.init_states[0])
-    actions = np.random.default_rng(0).uniform(-1, 1, (args.chunks, args.chunk, 7)).astype(np.float32)
+    stock = task.stock_env(camera_size=args.camera_size)
+    try:
+        stock.reset()
+        stock.set_init_state(task.init_states[0])
+        actions = np.random.default_rng(0).uniform(-1, 1, (args.chunks, args.chunk, 7)).astype(np.float32)
 
-    start = time.perf_counter()
-    for chunk in actions:
-        for action in chunk:
-            stock.step(action)
-    stock_ms = (time.perf_counter() - start) * 1000 / actions[:, :, 0].size
+        start = time.perf_counter()
+        for chunk in actions:
+            for action in chunk:
+                stock.step(action)
+        stock_ms = (time.perf_counter() - start) * 1000 / actions[:, :, 0].size
 
-    env = fastenv.wrap(stock, chunk=args.chunk, modalities=["agentview_image", "robot0_proprio-state"])
-    stock.reset()
-    stock.set_init_state(task.init_states[0])
-    start = time.perf_counter()
-    for chunk in actions:
-        obs, reward, terminated, truncated, info = env.step(chunk)
-    fast_ms = (time.perf_counter() - start) * 1000 / actions[:, :, 0].size
-    print(f"LIBERO stock: {stock_ms:.1f} ms/step; wrapped (1 camera, chunk {args.chunk}): {fast_ms:.1f} ms/step "
-          f"({stock_ms / fast_ms:.1f}x); observation keys {sorted(obs)}")
-    env.close()
+        env = fastenv.wrap(stock, chunk=args.chunk, modalities=["agentview_image", "robot0_proprio-state"])
+        stock.reset()
+        stock.set_init_state(task.init_states[0])
+        start = time.perf_counter()
+        for chunk in actions:
+            obs, reward, terminated, truncated, info = env.step(chunk)
+        fast_ms = (time.perf_counter() - start) * 1000 / actions[:, :, 0].size
+        print(f"LIBERO stock: {stock_ms:.1f} ms/step; wrapped (1 camera, chunk {args.chunk}): {fast_ms:.1f} ms/step "
+              f"({stock_ms / fast_ms:.1f}x); observation keys {sorted(obs)}")
+        env.close()  # gives the stock env back as it came
+    finally:
+        stock.close()
 
     # 2. Any Gymnasium env: same semantics, via the generic adapter (no speed-up there).
-    cartpole = fastenv.wrap(gym.make("CartPole-v1"), chunk=4)
-    cartpole.reset(seed=0)
-    obs, reward, terminated, truncated, info = cartpole.step(np.zeros(4, dtype=np.int64))
-    print(f"CartPole, chunks of 4: reward {reward}, sub-steps run {info['chunk_steps']}")
-    cartpole.close()
+    with fastenv.wrap(gym.make("CartPole-v1"), chunk=4) as cartpole:
+        cartpole.reset(seed=0)
+        obs, reward, terminated, truncated, info = cartpole.step(np.zeros(4, dtype=np.int64))
+        print(f"CartPole, chunks of 4: reward {reward}, sub-steps run {info['chunk_steps']}")
     print(f"pid {os.getpid()} done")
 
 

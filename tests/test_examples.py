@@ -1,4 +1,4 @@
-"""Every example runs end to end in a subprocess with a tiny budget."""
+"""Every example runs end to end in a subprocess with a tiny budget, and exits cleanly."""
 
 import subprocess
 import sys
@@ -14,6 +14,8 @@ pytestmark = pytest.mark.libero
 def run(name: str, *args: str) -> str:
     out = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    # closed envs: no EGL or MuJoCo tracebacks from destructors at exit
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr[-3000:]
     return out.stdout
 
 

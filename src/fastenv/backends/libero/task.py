@@ -61,6 +61,21 @@ class LiberoTask:
         bddl = os.path.join(lib.get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
         return cls(suite, int(task_id), bddl, bench.get_task_init_states(int(task_id)), task.language)
 
+    def stock_env(self, camera_size: int = 128, **kwargs: object) -> object:
+        """LIBERO's own env for this task, built as LIBERO's examples build it (not reset yet).
+
+        ``OffScreenRenderEnv(bddl_file_name=..., camera_heights=..., camera_widths=..., **kwargs)``,
+        after choosing MuJoCo's OpenGL platform; what ``fastenv.wrap`` adopts, and the reference
+        fastenv is compared with. Close it when done.
+
+        Example:
+            >>> stock = LiberoTask.load("libero_10", 0).stock_env(camera_size=64)
+        """
+        _libero()
+        from libero.libero.envs import OffScreenRenderEnv
+
+        return OffScreenRenderEnv(bddl_file_name=self.bddl_file, camera_heights=camera_size, camera_widths=camera_size, **kwargs)
+
     def state_keys(self) -> list[str]:
         """The task's state observation keys, read from its BDDL file (no simulator is built).
 
