@@ -69,6 +69,19 @@ class _Command:
     done: bool = False
 
 
+# What turns a vector env's ``layout`` argument ("auto", a plan, its dict or its JSON's path) into
+# the plan it runs: ``resolver(env_fns, layout, tune_options, context=...)``. The tuner, which
+# builds vector envs to measure layouts, installs its own when imported (``import fastenv``
+# does): the vector env runs plans without depending on what makes them.
+_layout_resolver: Callable[..., Any] | None = None
+
+
+def set_layout_resolver(resolver: Callable[..., Any]) -> None:
+    """Install what resolves ``PipelineVectorEnv(..., layout=...)`` into a plan (see ``_layout_resolver``)."""
+    global _layout_resolver
+    _layout_resolver = resolver
+
+
 def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
     """The most workers, up to the CPU count, that split every stage evenly."""
     per_stage = max(num_envs // max(pipeline_stages, 1), 1)
@@ -114,11 +127,12 @@ class PipelineVectorEnv(VectorEnv):
             ``num_cpus``, ``num_gpus`` and ``resources`` per worker, ``placement_strategy``
             ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"), ``runtime_env``.
         profile: start the profiler (``profile_report``).
-        layout: a layout plan (``fastenv.tuning.Plan``, its dict, or the path of its JSON from
+        layout: a layout plan (``fastenv.Plan``, its dict, or the path of its JSON from
             ``fastenv tune --out``), or "auto" to tune one now (``fastenv.tune`` with
             ``tune_options``: ``policy`` or ``policy_cost``, ``max_trials``...). The plan sets
             num_workers, pipeline_stages, threads_per_worker and spin_wait, and ``recv``'s
             default ``max_batch``/``timeout`` when it batches dynamically; ``self.plan`` keeps it.
+            Whatever is given is resolved by the layout resolver (``set_layout_resolver``).
         tune_options: keyword arguments of ``fastenv.tune`` for ``layout="auto"``.
 
     Example:
@@ -227,18 +241,9 @@ class PipelineVectorEnv(VectorEnv):
                 f"layout sets num_workers and pipeline_stages; give a layout or those, not both "
                 f"(got num_workers={num_workers}, pipeline_stages={stages})"
             )
-        from fastenv import tuning
-
-        if isinstance(layout, str) and layout == "auto":
-            options = {"vector_options": {"context": context}, **dict(tune_options or {})}
-            plan = tuning.tune(env_fns, **options)
-        else:
-            if tune_options is not None:
-                raise ValueError("tune_options are for layout='auto'")
-            plan = tuning.resolve_layout(layout)
-        if plan.num_envs != len(env_fns):
-            raise ValueError(f"the layout plan is for num_envs={plan.num_envs}, got {len(env_fns)} env constructors")
-        return plan
+        if _layout_resolver is None:
+            raise RuntimeError("no layout resolver is installed: `import fastenv` installs the tuner's (fastenv.tune)")
+        return _layout_resolver(env_fns, layout, tune_options, context=context)
 
     def _spawn(self, worker: Worker) -> None:
         self._transport.start(worker, [self._env_fns[i] for i in worker.env_ids])
