@@ -1,0 +1,141 @@
+"""One ManiSkill env on ManiSkill's CPU simulation as a fastenv simulator adapter (numpy in, numpy out)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from fastenv.backends.base import Info, ObsType
+from fastenv.backends.maniskill.observations import (
+    _box_for,
+    _Selection,
+    _terminated,
+    extract,
+)
+from fastenv.backends.maniskill.task import _close_viewer
+
+
+def _row(value: Any) -> Any:
+    """Row 0 of a batched ManiSkill value, as numpy (0-d values as Python scalars)."""
+    if isinstance(value, Mapping):
+        return {key: _row(item) for key, item in value.items()}
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if value.ndim == 0:
+            return value.item()
+        value = value[0]
+        return value.item() if value.ndim == 0 else value.numpy()
+    return value
+
+
+def _action(action: Any) -> Any:
+    """An action as ManiSkill takes it: numpy, a dict of numpy per agent for multi-robot tasks."""
+    if isinstance(action, Mapping):
+        return {key: np.asarray(value) for key, value in action.items()}
+    return np.asarray(action)
+
+
+class ManiSkillAdapter:
+    """One ManiSkill env (``num_envs=1``, ManiSkill's CPU simulation) as a fastenv simulator adapter.
+
+    Observations are dicts of numpy arrays with fastenv's keys ("state", "<camera>_<texture>");
+    actions are numpy arrays; ``step`` is ManiSkill's own ``env.step``, so one step of it is the
+    stock env's. The time limit is fastenv's (``SimEnv``'s ``max_episode_steps``), as in
+    ManiSkill where it is Gymnasium's ``TimeLimit``.
+
+    Args:
+        env: the ManiSkill env (wrapped or not).
+        keys: keys to produce (None: all the env was built with).
+        owned: fastenv built it (closing closes it); otherwise closing gives it back as it came.
+        ignore_terminations: success and failure end no episode (only the time limit does), as
+            ManiSkill's vector env's option of that name.
+
+    Example:
+        >>> adapter = ManiSkillAdapter(gym.make("PickCube-v1", obs_mode="state"))
+    """
+
+    shared_physics = False
+
+    def __init__(
+        self, env: gym.Env, *, keys: Sequence[str] | None = None, owned: bool = False, ignore_terminations: bool = False
+    ) -> None:
+        import torch
+
+        base = env.unwrapped
+        if int(base.num_envs) != 1:
+            raise ValueError(
+                f"ManiSkillAdapter drives one env (num_envs=1), got num_envs={base.num_envs}; "
+                "a batched env runs in ManiSkillVectorEnv"
+            )
+        self.torch = torch
+        self.env, self.base, self.owned = env, base, owned
+        self.ignore_terminations = bool(ignore_terminations)
+        self.render_fps = int(getattr(base, "control_freq", 20) or 20)
+        self.render_mode = base.render_mode if base.render_mode == "rgb_array" else None
+        self._selection = _Selection(base)
+        self._info: Mapping[str, Any] = base.get_info()
+        self.action_space = base.single_action_space
+        self._spaces: dict[str, spaces.Box] = {}
+        self.select_keys(keys)
+
+    # -- keys and rendering ----------------------------------------------------------------------
+    def available_keys(self) -> tuple[str, ...]:
+        return self._selection.available()
+
+    def select_keys(self, keys: Sequence[str] | None) -> None:
+        self.keys = self._selection.select(keys)
+        missing = [k for k in self.keys if k not in self._spaces]
+        if missing:
+            sample = extract(self.base.get_obs(self._info), missing, self._selection.cameras)
+            self._spaces.update({k: _box_for(v) for k, v in sample.items()})
+        self.observation_space = spaces.Dict({k: self._spaces[k] for k in self.keys})
+
+    def make_headless(self, render_mode: str | None) -> None:
+        _close_viewer(self.base)
+        if render_mode == "rgb_array" and self.base.render_mode != "rgb_array":
+            raise ValueError("this ManiSkill env was built without render_mode='rgb_array'; it cannot render frames")
+        self.render_mode = render_mode
+
+    # -- episode ---------------------------------------------------------------------------------
+    def _observation(self, raw: Any) -> dict[str, np.ndarray]:
+        return {key: _row(value) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
+
+    def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
+        raw, info = self.base.reset(seed=seed, options=None if options is None else dict(options))
+        self._info = self.base.get_info()
+        return self._observation(raw), _row(info)
+
+    def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
+        # BaseEnv.step without get_obs: controller and physics, evaluation, reward.
+        base = self.base
+        applied = base._step_action(_action(action))
+        base._elapsed_steps += 1
+        info = base.get_info()
+        reward = base.get_reward(obs=None, action=applied, info=info)
+        self._info = info
+        terminated = not self.ignore_terminations and bool(_terminated(info, 1, base.device)[0])
+        return float(_row(reward)), terminated, False, _row(info)
+
+    def observe(self) -> ObsType:
+        return self._observation(self.base.get_obs(self._info))
+
+    def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
+        raw, reward, terminated, _, info = self.base.step(_action(action))
+        self._info = info
+        terminated = not self.ignore_terminations and bool(_row(terminated))
+        return self._observation(raw), float(_row(reward)), terminated, False, _row(info)
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        return _row(self.base.render())
+
+    def close(self) -> None:
+        if self.owned:
+            self.env.close()
+        else:  # the user's env goes back as it came
+            self._selection.restore()
