@@ -16,6 +16,17 @@ def test_impossible_layout_is_refused_before_building_anything(capsys):
     assert "num_envs must be a multiple of num_workers * pipeline_stages" in capsys.readouterr().err
 
 
+def test_the_default_run_is_about_ten_minutes_on_the_reference_machine_and_full_is_the_long_one(capsys):
+    from fastenv.bench import BenchConfig, estimate_seconds
+
+    assert 7 * 60 <= estimate_seconds(BenchConfig()) <= 11 * 60
+    full = BenchConfig.full()
+    assert (full.steps, full.rounds) == (192, 3) and estimate_seconds(full) > 2 * estimate_seconds(BenchConfig()) * 0.9
+    with pytest.raises(SystemExit):
+        main(["bench", "--quick", "--full"])
+    assert "--quick and --full are exclusive" in capsys.readouterr().err
+
+
 @pytest.mark.libero
 def test_bench_quick_writes_table_json_and_chart(tmp_path):
     pytest.importorskip("torch", reason='fastenv bench needs pip install "fastenv-rl[bench]"')
@@ -24,6 +35,8 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
         capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    # says how long before it starts
+    assert out.stdout.startswith("fastenv bench: 7 configurations x 1 rounds x 2 envs x 16 steps; about ")
     names = ["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async", "+FastReset", "+FastSubstep"]
     for name in names:
         assert name in out.stdout

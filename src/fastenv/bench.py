@@ -55,14 +55,19 @@ class BenchConfig:
     stages: int = 2
     camera_size: int = 128
     device: str = "auto"
-    steps: int = 192
+    steps: int = 128
     episode_steps: int = 160
-    rounds: int = 3
+    rounds: int = 2
     policy_cores: int = 1
     max_batch: int | None = None
     batch_timeout: float = 0.05
     out: str = "results"
     seed: int = 0
+
+    @classmethod
+    def full(cls, **overrides: Any) -> BenchConfig:
+        """The long interleaved run: 192 simulator steps per env, configuration and round, 3 rounds."""
+        return cls(**{"steps": 192, "rounds": 3, **overrides})
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
@@ -254,6 +259,27 @@ def _device(name: str, policy_cores: list[int]) -> Any:
     if name == "cpu":
         torch.set_num_threads(len(policy_cores))  # the policy's own cores; the rest are the simulators'
     return torch.device(name)
+
+
+# Reference costs for the estimate printed before a run: ms of wall time per env step of each
+# configuration and seconds per vector-env build, on a 2-core machine without GPU (4 envs, 128-px
+# camera; docs/benchmarks.md, results/fastenv_bench_2core.json), and the overhead the sum misses.
+REFERENCE_MS_PER_ENV_STEP = {"Default": 128.0, "+Slim": 83.0, "+SkipObs": 20.0, "+Pipeline": 21.0, "+Async": 23.0, "+FastReset": 16.0, "+FastSubstep": 13.0}
+REFERENCE_BUILD_S = {"stock": 25.0, "slim": 15.0, "chunked": 15.0}
+REFERENCE_OVERHEAD = 1.3
+
+
+def estimate_seconds(cfg: BenchConfig, only: list[str] | None = None) -> float:
+    """Roughly how long ``run`` takes on the reference 2-core machine (machines differ by 2-3x).
+
+    Per round: each chosen configuration's env steps at its reference cost, and one build per
+    kind of vector env; times the rounds and the overhead the reference run showed.
+    """
+    chosen = [v for v in variants(cfg) if only is None or v.name.split(" ")[0] in only]
+    pixels = (cfg.camera_size / 128) ** 2
+    steps = sum(REFERENCE_MS_PER_ENV_STEP[v.name.split(" ")[0]] for v in chosen) * (0.5 + 0.5 * pixels) / 1000.0
+    builds = sum(REFERENCE_BUILD_S[b] for b in {v.build for v in chosen}) * cfg.num_envs / 4
+    return REFERENCE_OVERHEAD * cfg.rounds * (steps * cfg.steps * cfg.num_envs + builds)
 
 
 def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
         "and a PNG chart.",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: 2 small envs, a few steps")
+    p.add_argument("--full", action="store_true", help="the long interleaved run: 192 steps per env, 3 rounds (about 20 min on 2 cores)")
     p.add_argument("--suite", default=d.suite, help="LIBERO suite (default %(default)s)")
     p.add_argument("--task-id", type=int, default=d.task_id, help="task in the suite (default %(default)s)")
     p.add_argument("--num-envs", type=int, help=f"envs (default {d.num_envs})")
@@ -249,7 +250,22 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, key) is not None
         }
         common = dict(suite=args.suite, task_id=args.task_id, device=args.device, out=args.out, **given)
-        cfg = BenchConfig.quick(**common) if args.quick else BenchConfig(**common)
+        if args.quick and args.full:
+            parser.error("--quick and --full are exclusive")
+        cfg = BenchConfig.quick(**common) if args.quick else BenchConfig.full(**common) if args.full else BenchConfig(**common)
+        try:
+            cfg.check()
+        except ValueError as exc:
+            parser.error(str(exc))
+        from fastenv.bench import estimate_seconds, variants
+
+        count = len([v for v in variants(cfg) if args.only is None or v.name.split(" ")[0] in args.only])
+        print(
+            f"fastenv bench: {count} configurations x {cfg.rounds} rounds x {cfg.num_envs} envs x {cfg.steps} steps; "
+            f"about {estimate_seconds(cfg, args.only) / 60:.0f} min on a 2-core machine without GPU "
+            "(machines differ by 2-3x; the bar's estimate holds from round 2)",
+            flush=True,
+        )
         try:
             payload = run(cfg, args.only)
         except ValueError as exc:
