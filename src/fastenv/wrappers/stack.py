@@ -26,7 +26,7 @@ def wrap(
     gamma: float | None = None,
     flatten: bool = False,
     episode_statistics: bool = False,
-) -> Any:
+) -> gym.Env | VectorEnv:
     """Apply fastenv's stack to an env you already have.
 
     The order is fixed: simulator adapter -> HeadlessRender -> PruneModalities -> ActionChunk

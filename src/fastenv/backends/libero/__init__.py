@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
+
 from fastenv.backends.libero.adapter import (
     LiberoAdapter,
     RenderConfig,
@@ -74,7 +76,7 @@ def make_env(
     flatten: bool = False,
     episode_statistics: bool = False,
     **vector_options: Any,
-) -> Any:
+) -> gym.Env:
     """Build a slim, headless, chunked LIBERO env (the ``fastenv/Libero-v0`` entry point).
 
     Args:
