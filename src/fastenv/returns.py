@@ -152,8 +152,11 @@ def gae(
     """Generalised advantage estimates and returns (advantages + values), both (T, N).
 
     Args:
-        rewards, values, terminations, truncations: (T, N) from the rollout; ``values[t]`` is V of
-            the observation the action at t was taken from.
+        rewards: (T, N) from the rollout.
+        values: (T, N) from the rollout; ``values[t]`` is V of the observation the action at t was
+            taken from.
+        terminations: (T, N) from the rollout.
+        truncations: (T, N) from the rollout.
         next_values: (N,) V of the observation after the last step.
         final_values: (T, N) V of ``infos["final_obs"]`` where an episode ended (read where
             truncated; required when there are truncations).
