@@ -1,0 +1,212 @@
+"""The documentation runs as written: every python block of README.md and docs/ is a program.
+
+Each ```python block is written to a file and run with this interpreter in a fresh directory
+(``MUJOCO_GL=egl``, 300 s); it must exit 0. An HTML comment on the line before a block changes
+that:
+
+- ``<!-- snippet: skip <reason> -->``: not run (the reason is required and reported);
+- ``<!-- snippet: raises <ExceptionName> -->``: must exit non-zero with that name in stderr.
+
+A block that mentions LIBERO or ManiSkill carries the ``libero`` or ``maniskill`` marker, so a
+missing simulator skips it locally and fails it in CI (``conftest.py``). A block that imports an
+optional library that is not installed (Ray, Stable-Baselines3, torch...) is skipped, as the
+library's own tests are.
+
+Also here: ``mkdocs build --strict`` (warnings are errors) and every relative link of README.md
+and docs/ pointing at a file that exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+TIMEOUT_S = 300
+
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
+DIRECTIVE = re.compile(r"^\s*<!--\s*snippet:\s*(?P<kind>\S+)\s*(?P<arg>.*?)\s*-->\s*$")
+
+# Optional libraries a snippet may need, by import name -> the extra that installs them.
+OPTIONAL = {
+    "ray": "ray",
+    "stable_baselines3": "sb3",
+    "torch": "torch",
+    "tyro": "cleanrl",
+    "tensorboard": "cleanrl",
+    "numba": "numba",
+}
+
+
+@dataclass(frozen=True)
+class Snippet:
+    path: Path
+    index: int  # 1-based, among the file's python blocks
+    line: int  # line of the opening fence
+    code: str
+    directive: str | None  # "skip", "raises" or None
+    argument: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(ROOT).as_posix()}:{self.index}"
+
+
+def doc_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def fenced_blocks(text: str):
+    """(language, body dedented, line of the fence, the text before the fence) for each fenced block."""
+    for match in FENCE.finditer(text):
+        language = match.group("info").strip().split()[0].lower() if match.group("info").strip() else ""
+        body = textwrap.dedent(match.group("body"))
+        line = text.count("\n", 0, match.start()) + 1
+        yield language, body, line, text[: match.start()]
+
+
+def snippets() -> list[Snippet]:
+    found = []
+    for path in doc_files():
+        if not path.exists():
+            continue
+        index = 0
+        for language, body, line, before in fenced_blocks(path.read_text()):
+            if language not in ("python", "py"):
+                continue
+            index += 1
+            previous = [row for row in before.splitlines() if row.strip()]
+            match = DIRECTIVE.match(previous[-1]) if previous else None
+            directive, argument = (match.group("kind"), match.group("arg")) if match else (None, "")
+            found.append(Snippet(path, index, line, body, directive, argument))
+    return found
+
+
+def marks_for(snippet: Snippet) -> list:
+    marks = []
+    if re.search(r"libero", snippet.code, re.I):
+        marks.append(pytest.mark.libero)
+    if re.search(r"maniskill|mani_skill", snippet.code, re.I):
+        marks.append(pytest.mark.maniskill)
+    return marks
+
+
+SNIPPETS = snippets()
+
+
+def missing_optional(code: str) -> list[str]:
+    """The optional libraries this code needs that are not installed."""
+    needed = set()
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []  # the run reports it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            needed.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            needed.add(node.module.split(".")[0])
+    if re.search(r"""backend\s*=\s*["']ray["']""", code):
+        needed.add("ray")
+    if "fastenv.integrations.sb3" in code:
+        needed.add("stable_baselines3")
+    return sorted(name for name in needed & set(OPTIONAL) if importlib.util.find_spec(name) is None)
+
+
+@pytest.mark.parametrize(
+    "snippet", [pytest.param(s, id=s.id, marks=marks_for(s)) for s in SNIPPETS]
+)
+def test_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
+    where = f"{snippet.id} (line {snippet.line})"
+    if snippet.directive not in (None, "skip", "raises"):
+        pytest.fail(f"{where}: unknown directive 'snippet: {snippet.directive}' (skip <reason> or raises <Exception>)")
+    if snippet.directive == "skip":
+        assert snippet.argument, f"{where}: 'snippet: skip' needs a reason"
+        pytest.skip(f"{where} not run: {snippet.argument}")
+    if snippet.directive == "raises":
+        assert re.fullmatch(r"[A-Za-z_][\w.]*", snippet.argument), f"{where}: 'snippet: raises' needs an exception name"
+    missing = missing_optional(snippet.code)
+    if missing:
+        extras = sorted({OPTIONAL[name] for name in missing})
+        pytest.skip(f"{where} needs {', '.join(missing)} (pip install \"fastenv-rl[{','.join(extras)}]\")")
+
+    script = tmp_path / "docs_snippet.py"
+    script.write_text(snippet.code)
+    env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
+    try:
+        result = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{where} ran past {TIMEOUT_S} s\n--- stdout ---\n{exc.stdout}\n--- stderr ---\n{exc.stderr}")
+    code, stderr = result.returncode, result.stderr
+    output = f"--- stdout ---\n{result.stdout[-4000:]}\n--- stderr ---\n{stderr[-8000:]}"
+    if snippet.directive == "raises":
+        if code == 0 or snippet.argument not in stderr:
+            pytest.fail(f"{where} should raise {snippet.argument} (exit code {code})\n{output}", pytrace=False)
+    elif code != 0:
+        pytest.fail(f"{where} exited {code}\n{output}", pytrace=False)
+
+
+def test_snippets_found() -> None:
+    pages = {s.path.relative_to(ROOT).as_posix() for s in SNIPPETS}
+    assert any(page.startswith("docs/") for page in pages), "no python block found in docs/"
+    skipped = [f"{s.id}: {s.argument}" for s in SNIPPETS if s.directive == "skip"]
+    print("skipped snippets:", *skipped or ["none"], sep="\n  ")
+
+
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
+        if importlib.util.find_spec(module.split(".")[0]) is None or (
+            "." in module and importlib.util.find_spec(module) is None
+        ):
+            reason = f'{module} is not installed (pip install "fastenv-rl[docs]")'
+            if os.environ.get("CI"):
+                pytest.fail(reason)
+            pytest.skip(reason)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
+         "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}", pytrace=False)
+    assert (tmp_path / "site" / "index.html").exists()
+
+
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?(?P<target>[^)\s>]+)>?(?:\s+[\"'][^\"']*[\"'])?\s*\)")
+REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(?P<target>\S+?)>?(?:\s+.*)?$", re.M)
+
+
+def relative_links(text: str) -> list[str]:
+    """Targets of the relative links of a Markdown text (code blocks and code spans left out)."""
+    text = FENCE.sub("", text)
+    text = re.sub(r"(`+)(?:(?!\1).)+?\1", "", text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    targets = [m.group("target") for m in LINK.finditer(text)] + [m.group("target") for m in REFERENCE.finditer(text)]
+    return [t for t in targets if not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+@pytest.mark.parametrize("page", [p.relative_to(ROOT).as_posix() for p in doc_files() if p.exists()])
+def test_relative_links_exist(page: str) -> None:
+    path = ROOT / page
+    broken = []
+    for target in relative_links(path.read_text()):
+        file = target.split("#", 1)[0].split("?", 1)[0]
+        if file and not (path.parent / file).exists():
+            broken.append(target)
+    assert not broken, f"{page} links to files that do not exist: {broken}"
