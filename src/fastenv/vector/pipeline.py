@@ -1,14 +1,16 @@
-"""PipelineVectorEnv: envs across worker processes, stepped whole, by pipeline stage, or as they get ready."""
+"""PipelineVectorEnv: envs across worker processes, stepped whole, by pipeline stage, or as they get ready.
+
+The vector env's API and set-up are here; its talk with the workers (commands, replies, restarts)
+is ``dispatch``'s and the results it hands back ``results``', both mixed into the class.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import multiprocessing as mp
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -18,56 +20,24 @@ from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
 from fastenv import machine
 from fastenv._validation import check_batch_actions, check_positive_int
+from fastenv.core.arrays import put_rows, take_rows
+from fastenv.core.infos import add_info
 from fastenv.vector import profiling
 from fastenv.vector import worker as w
-from fastenv.core.arrays import get_row, put_rows, take_rows
-from fastenv.core.infos import add_info, step_keys, with_legacy_final_keys
+from fastenv.vector.dispatch import (
+    _EMPTY,
+    IDLE,
+    PENDING,  # noqa: F401  (re-exported: its home before)
+    READY,  # noqa: F401  (re-exported: its home before)
+    Restart,
+    _Command,
+    _EnvState,
+    _WorkerDispatch,
+)
 from fastenv.vector.layout import Layout
+from fastenv.vector.results import _Results
 from fastenv.vector.shared import holds_exactly, leaf_items, leaf_specs
 from fastenv.vector.transport import ProcessTransport, Transport, Worker, WorkerError
-
-IDLE, PENDING, READY = 0, 1, 2  # no action in flight / action sent / result arrived, not yet received
-_EMPTY: dict = {}  # shared, never mutated: the info of an env that reported none
-
-
-class Restart(enum.IntEnum):
-    """Where an env stands after its worker was replaced."""
-
-    NONE = 0
-    NEXT = 1  # its worker is new: the next action it is sent resets it instead of running
-    RESULT = 2  # its ready result is that reset: a transition that did not happen
-
-
-@dataclass
-class _EnvState:
-    """What the vector env knows about one env: one record per env."""
-
-    status: int = IDLE
-    by_ids: bool = False  # sent with env_ids (dynamic batching) rather than by stage
-    info: dict = field(default_factory=lambda: _EMPTY)
-    final: dict | None = None  # the step info of an episode that ended (autoreset)
-    restart: Restart = Restart.NONE
-    error: tuple[str, str, int] | None = None  # (message, traceback, env that raised) from its worker
-
-
-class _PerEnv:
-    """Marks an info dict to be kept whole (one object per env) rather than batched."""
-
-    __slots__ = ("info",)
-
-    def __init__(self, info: dict) -> None:
-        self.info = info
-
-
-@dataclass
-class _Command:
-    worker: int
-    kind: str
-    gids: list[int]
-    per_env: bool = False
-    result: Any = None
-    done: bool = False
-
 
 # What turns a vector env's ``layout`` argument ("auto", a plan, its dict or its JSON's path) into
 # the plan it runs: ``resolver(env_fns, layout, tune_options, context=...)``. The tuner, which
@@ -89,7 +59,7 @@ def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
     return max(d for d in range(1, per_stage + 1) if per_stage % d == 0 and d <= cpus)
 
 
-class PipelineVectorEnv(VectorEnv):
+class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
     """A vector env over worker processes, with pipeline stages and dynamic batching.
 
     Each worker holds several envs; stage k is the slice ``[k*N/S, (k+1)*N/S)`` and env i lives on
@@ -284,282 +254,6 @@ class PipelineVectorEnv(VectorEnv):
 
     def _attach(self, worker: Worker) -> None:
         self._transport.attach(worker, self.single_observation_space, self.single_action_space)
-
-    # -- commands -------------------------------------------------------------------------------
-    def _new_command(self, worker: Worker, kind: str, gids: list[int], per_env: bool = False) -> int:
-        cmd = self._next_cmd
-        self._next_cmd += 1
-        self._commands[cmd] = _Command(worker.index, kind, gids, per_env)
-        if not worker.commands:
-            worker.deadline = time.monotonic() + self.step_timeout
-        worker.commands.add(cmd)
-        return cmd
-
-    def _send(self, worker: Worker, message: tuple) -> bool:
-        return self._transport.send(worker, message)
-
-    def _ensure_alive(self, worker: Worker) -> None:
-        if not self._transport.alive(worker):
-            self._restart(worker, f"worker {worker.index} died ({self._transport.describe_exit(worker)})")
-
-    def _cache_groups(self) -> None:
-        """Worker groups of the whole batch and of each stage, computed once for the hot path."""
-        self._groups: dict[tuple[int, int], list[tuple[Worker, list[int]]]] = {}
-        self._group_ids: dict[tuple[int, int], np.ndarray] = {}
-        self._group_sizes = {self.num_envs, self.layout.stage_size}
-        for ids in [self._all_ids] + [self.layout.stage_envs(k) for k in range(self.pipeline_stages)]:
-            key = (int(ids[0]), len(ids))
-            self._group_ids[key] = ids
-            owners = ids % self.num_workers
-            self._groups[key] = [(wk, ids[owners == wk.index].tolist()) for wk in self._workers]
-
-    def _split(self, gids: np.ndarray) -> list[tuple[Worker, list[int]]]:
-        """``gids`` grouped by worker (cached for the whole batch and for each stage)."""
-        key = (int(gids[0]), len(gids)) if len(gids) in self._group_sizes else None
-        groups = self._groups.get(key) if key is not None else None
-        if groups is None or not np.array_equal(gids, self._group_ids[key]):
-            owners = gids % self.num_workers
-            groups = [(wk, gids[owners == wk.index].tolist()) for wk in self._workers]
-            groups = [(wk, mine) for wk, mine in groups if mine]
-        return groups
-
-    def _dispatch_steps(self, gids: np.ndarray, per_env: bool, dtypes: dict[str, Any] | None) -> None:
-        """Send step commands (one per worker) for ``gids``, whose actions are in shared memory
-        (``dtypes``: how they were given, from ``_write_actions``)."""
-        for gid in gids.tolist():
-            env = self._envs[gid]
-            env.status, env.by_ids = PENDING, per_env
-        for worker, mine in self._split(gids):
-            self._send_step(worker, mine, per_env, dtypes)
-
-    def _send_step(self, worker: Worker, gids: list[int], per_env: bool, dtypes: dict[str, Any] | None = None) -> None:
-        restarts = {}
-        for gid in gids:
-            env = self._envs[gid]
-            if env.restart == Restart.NEXT:
-                # This env's worker was replaced: its action is not run; the env is reset and the
-                # episode reported truncated, marked worker_restarted (a transition that did not happen).
-                env.restart = Restart.RESULT
-                restarts[gid] = self._restart_seed(gid, worker.restarts)
-        if dtypes is not None:  # rows sent along with the command: this worker's only
-            dtypes = {path: given if isinstance(given, np.dtype) else given[gids] for path, given in dtypes.items()}
-        cmd = self._new_command(worker, w.STEP, list(gids), per_env)
-        if not self._send(worker, (w.STEP, cmd, tuple(gids), restarts, per_env, dtypes)):
-            self._restart(worker, f"worker {worker.index} could not be reached")
-
-    def _restart_seed(self, gid: int, restarts: int) -> int | None:
-        if self._seed_base is None:
-            return None
-        return self._seed_base + gid + self.num_envs * restarts
-
-    # -- receiving ------------------------------------------------------------------------------
-    def _handle(self, worker: Worker, message: tuple) -> None:
-        kind = message[0]
-        if kind == w.ENV:
-            _, cmd, (gid, info, final) = message
-            self._complete(gid, info, final)
-            command = self._commands.get(cmd)
-            if command is not None:
-                command.gids.remove(gid)
-                if not command.gids:
-                    self._finish(worker, cmd)
-        elif kind == w.STEP:
-            _, cmd, replies = message
-            command = self._commands.get(cmd)
-            if command is not None:
-                # Only envs with an info or a finished episode are in the reply.
-                got = {gid: (info, final) for gid, info, final in replies}
-                for gid in command.gids:
-                    env = self._envs[gid]
-                    if env.error is None:
-                        env.info, env.final = got.get(gid, (_EMPTY, None))
-                        env.status = READY
-                self._finish(worker, cmd)
-        elif kind in (w.RESET, w.RESULT):
-            _, cmd, payload = message
-            command = self._commands.get(cmd)
-            if command is not None:
-                command.result, command.done = payload, True
-                self._finish(worker, cmd)
-        elif kind == w.ERROR:
-            _, cmd, gids, text, tb, origin = message
-            command = self._commands.get(cmd)
-            for gid in gids:
-                if gid is None:
-                    continue
-                env = self._envs[gid]
-                env.error = (text, tb, origin)
-                if env.status == PENDING:  # ready to be collected, which raises the error
-                    env.status = READY
-                    if env.by_ids:
-                        self._ready_queue.append(gid)
-                if command is not None and command.per_env and gid in command.gids:
-                    command.gids.remove(gid)
-                    if not command.gids:
-                        self._finish(worker, cmd)
-            if command is not None and command.kind in (w.CALL, w.SET_ATTR):
-                command.result, command.done = WorkerError(f"worker {worker.index}: {text}\n{tb}"), True
-                self._finish(worker, cmd)
-        if worker.commands:
-            worker.deadline = time.monotonic() + self.step_timeout
-
-    def _finish(self, worker: Worker, cmd: int) -> None:
-        worker.commands.discard(cmd)
-        command = self._commands[cmd]
-        if command.kind == w.STEP:
-            del self._commands[cmd]
-        if not worker.commands:
-            worker.deadline = float("inf")
-
-    def _complete(self, gid: int, info: dict, final: dict | None) -> None:
-        env = self._envs[gid]
-        env.info, env.final, env.status = info, final, READY
-        if env.by_ids:
-            self._ready_queue.append(gid)
-
-    def _pump(self, timeout: float | None) -> int:
-        """Handle what the busy workers send within ``timeout``; restart dead or stuck ones.
-
-        Returns the number of messages handled.
-        """
-        busy = [worker for worker in self._workers if worker.commands]
-        if not busy:
-            return 0
-        soonest = min(worker.deadline for worker in busy) - time.monotonic()
-        wait_for = max(0.0, soonest if timeout is None else min(timeout, soonest))
-        messages = self._transport.poll(busy, wait_for)
-        for worker, message in messages:
-            if message is None:
-                self._restart(worker, f"worker {worker.index} died ({self._transport.describe_exit(worker)})")
-            else:
-                self._handle(worker, message)
-        now = time.monotonic()
-        for worker in busy:
-            if worker.commands and now > worker.deadline:
-                self._restart(worker, f"worker {worker.index} sent nothing for step_timeout={self.step_timeout}s")
-        return len(messages)
-
-    def _pump_arrived(self) -> None:
-        """Handle every message that has already arrived, without waiting for more."""
-        while self._pump(0.0):
-            pass
-
-    def _wait(self, done: Callable[[], bool], deadline: float | None = None) -> bool:
-        """Pump until ``done()`` or ``deadline`` (monotonic); False if the deadline came first."""
-        while not done():
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return False
-            if not any(worker.commands for worker in self._workers):
-                return done()
-            self._pump(None if deadline is None else deadline - now)
-        return True
-
-    def _all_ready(self, gids: list[int]) -> Callable[[], bool]:
-        envs = [self._envs[gid] for gid in gids]
-        return lambda: all(env.status == READY for env in envs)
-
-    # -- worker failure -------------------------------------------------------------------------
-    def _restart(self, worker: Worker, reason: str) -> None:
-        """Replace a dead or stuck worker; its envs come back reset and reported truncated."""
-        self._transport.kill(worker)
-        lost: list[tuple[int, bool]] = []
-        for cmd in sorted(worker.commands):
-            command = self._commands.pop(cmd)
-            if command.kind == w.STEP:
-                lost += [
-                    (gid, command.per_env)
-                    for gid in command.gids
-                    if self._envs[gid].status == PENDING and self._envs[gid].error is None
-                ]
-            else:
-                command.result, command.done = WorkerError(f"{reason} during {command.kind}"), True
-                self._commands[cmd] = command  # keep the failed result for its waiter
-        worker.commands.clear()
-        worker.restarts += 1
-        if worker.restarts > self.max_restarts:
-            self.close()
-            raise WorkerError(f"{reason}; worker {worker.index} failed {worker.restarts} times (max_restarts={self.max_restarts})")
-        self._spawn(worker)
-        self._await_ready(worker)
-        self._attach(worker)
-        # Every env of the worker is new: the next action of each resets it instead of running.
-        for gid in worker.env_ids.tolist():
-            self._envs[gid].restart = Restart.NEXT
-        for per_env in (False, True):
-            gids = [gid for gid, p in lost if p == per_env]
-            if gids:
-                self._send_step(worker, gids, per_env)
-
-    # -- results --------------------------------------------------------------------------------
-    def _gather(self, gids: np.ndarray, rows: Any, with_ids: bool = False) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """The results of ``gids`` (at ``rows`` of the arrays); they become idle.
-
-        If some have none (an env raised in their worker), the others' results are delivered
-        inside the ``WorkerError`` raised.
-        """
-        records = [self._envs[gid] for gid in gids.tolist()]
-        failed = [pos for pos, env in enumerate(records) if env.error is not None]
-        obs = take_rows(self._obs, rows)
-        rewards = self._rewards[rows].copy()
-        terminations = self._terminations[rows].copy()
-        truncations = self._truncations[rows].copy()
-        infos: dict[str, Any] = {}
-        size = len(records)
-        per_env = self.info_format == "per_env"
-        for pos, (gid, env) in enumerate(zip(gids.tolist(), records)):
-            env.status = IDLE
-            if env.error is not None:
-                continue
-            if env.restart == Restart.RESULT:
-                # The action was never run: report the episode cut where the caller last saw it.
-                env.restart = Restart.NONE
-                rewards[pos], terminations[pos], truncations[pos] = 0.0, False, True
-                final = {**step_keys(env.info), "worker_restarted": True}
-                add_info(infos, {"final_obs": get_row(self._last_obs, gid), "final_info": _PerEnv(final) if per_env else final}, pos, size)
-                add_info(infos, {**env.info, "worker_restarted": True}, pos, size)
-                continue
-            if env.final is not None:
-                add_info(infos, {"final_obs": get_row(self._final_obs, gid), "final_info": _PerEnv(env.final) if per_env else env.final}, pos, size)
-            if env.info:
-                add_info(infos, env.info, pos, size)
-        for pos in failed:  # no result: what the caller last saw, nothing happened
-            put_rows(obs, pos, get_row(self._last_obs, int(gids[pos])))
-            rewards[pos], terminations[pos], truncations[pos] = 0.0, False, False
-        put_rows(self._last_obs, rows, obs)
-        if "final_info" in infos and per_env:
-            infos["final_info"] = np.array([None if f is None else f.info for f in infos["final_info"]], dtype=object)
-        if with_ids:
-            infos["env_ids"] = gids
-        result = (obs, rewards, terminations, truncations, with_legacy_final_keys(infos))
-        if failed:
-            raise self._step_error(gids, failed, records, result)
-        return result
-
-    def _step_error(self, gids: np.ndarray, failed: list[int], records: list[_EnvState], result: tuple) -> WorkerError:
-        """The error of a step in which envs raised, carrying the other envs' results."""
-        failed_ids = np.sort(gids[failed])
-        errors: dict[int, tuple[str, str]] = {}  # the first error of each env that raised
-        for pos in failed:
-            text, tb, origin = records[pos].error
-            errors.setdefault(origin, (text, tb))
-            records[pos].error = None
-        self._failed.update(failed_ids.tolist())
-        (origin, (text, tb)), *others = errors.items()
-        also = "".join(f"(also env {o} in worker {o % self.num_workers}: {t})\n" for o, (t, _) in others)
-        valid = np.ones(len(gids), dtype=bool)
-        valid[failed] = False
-        return WorkerError(
-            f"env {origin} raised in worker {origin % self.num_workers}: {text}\n{also}"
-            f"(envs {failed_ids.tolist()} have no result: reset them to continue, "
-            f"reset(options={{'reset_mask': mask}}); the other envs stepped: their results are this "
-            f"error's .results, rows where .valid)\n"
-            f"--- worker traceback ---\n{tb}",
-            failed_env_ids=failed_ids,
-            results=result,
-            env_ids=gids.copy(),
-            valid=valid,
-        )
 
     # -- public API -----------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -831,21 +525,6 @@ class PipelineVectorEnv(VectorEnv):
         for command in self._request(gids, w.SET_ATTR, lambda cmd, mine: (w.SET_ATTR, cmd, mine, name, [values[g] for g in mine])):
             if isinstance(command.result, Exception):
                 raise command.result
-
-    def _request(self, gids: np.ndarray, kind: str, message: Callable[[int, list[int]], tuple]) -> list[_Command]:
-        """Send ``message(cmd, envs)`` to each worker owning some of ``gids``; wait for all replies."""
-        commands = []
-        for worker, mine in self._split(gids):
-            self._ensure_alive(worker)
-            cmd = self._new_command(worker, kind, mine)
-            if not self._send(worker, message(cmd, mine)):
-                self._restart(worker, f"worker {worker.index} could not be reached")
-                self._commands.pop(cmd, None)
-                cmd = self._new_command(worker, kind, mine)
-                self._send(worker, message(cmd, mine))
-            commands.append(cmd)
-        self._wait(lambda: all(self._commands[c].done for c in commands))
-        return [self._commands.pop(c) for c in commands]
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
