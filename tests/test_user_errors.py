@@ -125,3 +125,51 @@ def test_gym_makes_max_episode_steps_on_a_batched_env_is_refused_before_building
         gym.make("fastenv/Libero-v0", num_envs=2, max_episode_steps=40)
     with pytest.raises(ValueError, match="builds a batched env here"):
         gym.make("fastenv/Libero-v0", pipeline_stages=2, max_episode_steps=40)
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.text, self.tty = "", tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return self.tty
+
+
+def test_a_slow_build_says_so_while_it_runs_and_a_fast_one_prints_nothing():
+    import time
+
+    from fastenv.vector.progress import BuildProgress
+
+    fast = _Stream(tty=False)
+    with BuildProgress(4, 2, stream=fast, delay=0.5) as progress:
+        progress.ready()
+        progress.ready()
+    assert fast.text == ""
+
+    log = _Stream(tty=False)  # a log: one line when it starts, one when it is done
+    with BuildProgress(4, 2, stream=log, delay=0.1) as progress:
+        time.sleep(0.3)
+        progress.ready()
+    lines = log.text.splitlines()
+    assert lines[0] == "fastenv: building 4 envs in 2 workers: 0/2 ready, 0 s"
+    assert len(lines) == 2 and lines[1].startswith("fastenv: 4 envs in 2 workers built in ")
+
+    terminal = _Stream(tty=True)  # a terminal: one line, updated in place
+    with BuildProgress(4, 2, stream=terminal, delay=0.0) as progress:
+        time.sleep(1.3)
+        progress.ready()
+        time.sleep(1.0)
+    assert terminal.text.count("\r") >= 2 and "1/2 ready" in terminal.text and terminal.text.count("\n") == 1
+
+
+def test_the_vector_env_shows_its_build(capfd):
+    with PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2, progress=True):
+        pass
+    err = capfd.readouterr().err
+    assert "fastenv: building 2 envs in 2 workers" in err and "fastenv: 2 envs in 2 workers built in" in err

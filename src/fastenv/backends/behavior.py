@@ -436,7 +436,7 @@ def make_env(
     if importlib.util.find_spec("omnigibson") is None:  # before any worker is spawned
         raise DependencyNotInstalled(INSTALL_HINT)
     size = (camera_size, camera_size) if isinstance(camera_size, int) else tuple(camera_size)
-    vector_keys = {"num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context"}
+    vector_keys = {"num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "progress"}
     vector = {k: options.pop(k) for k in list(options) if k in vector_keys}
     settings = BehaviorSettings(
         task=task, scene=scene, robot=robot, modalities=tuple(modalities), camera_size=size,

@@ -26,6 +26,7 @@ VECTOR_OPTIONS = (
     "profile",
     "layout",
     "tune_options",
+    "progress",
 )
 
 

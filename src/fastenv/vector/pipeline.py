@@ -35,6 +35,7 @@ from fastenv.vector.dispatch import (
     _WorkerDispatch,
 )
 from fastenv.vector.layout import Layout
+from fastenv.vector.progress import BuildProgress
 from fastenv.vector.results import _Results
 from fastenv.vector.shared import holds_exactly, leaf_items, leaf_specs
 from fastenv.vector.transport import ProcessTransport, Transport, Worker, WorkerError
@@ -97,6 +98,8 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             ``num_cpus``, ``num_gpus`` and ``resources`` per worker, ``placement_strategy``
             ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"), ``runtime_env``.
         profile: start the profiler (``profile_report``).
+        progress: a line on stderr while the workers build their envs: None shows it once the
+            build has taken 2 s, True at once, False never.
         layout: a layout plan (``fastenv.Plan``, its dict, or the path of its JSON from
             ``fastenv tune --out``), or "auto" to tune one now (``fastenv.tune`` with
             ``tune_options``: ``policy`` or ``policy_cost``, ``max_trials``...). The plan sets
@@ -127,6 +130,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         profile: bool = False,
         layout: Any = None,
         tune_options: Mapping[str, Any] | None = None,
+        progress: bool | None = None,
     ) -> None:
         w.check_not_bootstrapping()  # a worker re-running the user's script must not build workers
         self.closed = True  # until the workers are up, close() has nothing to do
@@ -187,9 +191,13 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         self._cache_groups()
         self.closed = False
         try:
-            for worker in self._workers:
-                self._spawn(worker)
-            descriptions = [self._await_ready(worker) for worker in self._workers]
+            descriptions = []
+            with BuildProgress(self.num_envs, self.num_workers, enabled=progress) as building:
+                for worker in self._workers:
+                    self._spawn(worker)
+                for worker in self._workers:
+                    descriptions.append(self._await_ready(worker))
+                    building.ready()
             self._setup_spaces(descriptions)
             for worker in self._workers:
                 self._attach(worker)
