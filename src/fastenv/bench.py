@@ -263,8 +263,9 @@ def _device(name: str, policy_cores: list[int]) -> Any:
 
 # Reference costs for the estimate printed before a run: ms of wall time per env step of each
 # configuration and seconds per vector-env build, on a 2-core machine without GPU (4 envs, 128-px
-# camera; docs/benchmarks.md, results/fastenv_bench_2core.json), and the overhead the sum misses.
-REFERENCE_MS_PER_ENV_STEP = {"Default": 128.0, "+Slim": 83.0, "+SkipObs": 20.0, "+Pipeline": 21.0, "+Async": 23.0, "+FastReset": 16.0, "+FastSubstep": 13.0}
+# camera; docs/benchmarks.md, results/fastenv_bench_2core_default.json: 9.0 min), and the overhead
+# the sum misses.
+REFERENCE_MS_PER_ENV_STEP = {"Default": 131.0, "+Slim": 83.5, "+SkipObs": 19.6, "+Pipeline": 18.6, "+Async": 19.0, "+FastReset": 16.3, "+FastSubstep": 13.7}
 REFERENCE_BUILD_S = {"stock": 25.0, "slim": 15.0, "chunked": 15.0}
 REFERENCE_OVERHEAD = 1.3
 
