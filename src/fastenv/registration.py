@@ -46,26 +46,18 @@ def register_envs() -> None:
 def gym_make_time_limit(frame: FrameType | None) -> int | None:
     """``max_episode_steps`` given to the ``gym.make`` call that runs an entry point, if any.
 
-    ``frame`` is the entry point's caller; ``gym.make`` calls the entry point directly.
+    ``frame`` is the entry point's caller: ``gym.make`` calls the entry point directly.
     """
-    make = getattr(gym.envs.registration, "make", None)
-    code = getattr(make, "__code__", None)
-    for _ in range(3):  # gym.make, possibly behind a thin wrapper of Gymnasium's own
-        if frame is None:
-            return None
-        if frame.f_code is code:
-            limit = frame.f_locals.get("max_episode_steps")
-            return None if limit is None or limit == -1 else limit
-        frame = frame.f_back
-    return None
+    if frame is None or frame.f_code is not getattr(gym.envs.registration.make, "__code__", None):
+        return None
+    limit = frame.f_locals.get("max_episode_steps")
+    return None if limit is None or limit == -1 else limit
 
 
 def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
     make_env = importlib.import_module(BACKENDS[env_id]).make_env
     limit = gym_make_time_limit(frame)
     if limit is not None:
-        if "max_episode_steps" in kwargs:  # cannot happen through gym.make; kept for direct calls
-            raise ValueError(f"max_episode_steps given twice: {kwargs['max_episode_steps']} and gym.make's {limit}")
         from fastenv.vector.factory import VECTOR_OPTIONS
 
         if kwargs.get("num_envs") is not None or any(key in kwargs for key in VECTOR_OPTIONS):
