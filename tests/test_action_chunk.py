@@ -212,3 +212,30 @@ def test_foreign_wrapper_is_never_bypassed():
     env.reset(seed=0)
     _, _, terminated, truncated, info = env.step(np.zeros((5, 2)))
     assert truncated and not terminated and info["chunk_steps"] == 3
+
+
+@pytest.mark.parametrize("terminate_at", [None, 3])
+def test_stepwise_chunks_step_the_simulator_whole_with_the_same_transitions(terminate_at):
+    fast, fast_adapter = chunked(4, terminate_at=terminate_at)
+    adapter = FakeAdapter(terminate_at=terminate_at)
+    stepwise = ActionChunk(SimEnv(adapter), chunk=4, skip_observations=False)
+    stepwise.reset(seed=0)
+    adapter.calls.clear()
+    a = fast.step(np.zeros((4, 3)))
+    b = stepwise.step(np.zeros((4, 3)))
+    steps = 3 if terminate_at else 4
+    assert adapter.calls == ["step"] * steps  # every sub-step observes, as the stock env does
+    assert fast_adapter.calls[:steps - 1] == ["substep"] * (steps - 1)
+    assert a[1:4] == b[1:4] and a[0]["state"][0] == b[0]["state"][0] == steps
+    np.testing.assert_array_equal(a[4]["chunk_rewards"], b[4]["chunk_rewards"])
+
+
+def test_vector_env_workers_keep_stepwise_chunks_stepwise():
+    from fastenv.vector.worker import batch_executor
+
+    envs = [ActionChunk(SimEnv(FakeAdapter()), chunk=2, skip_observations=False) for _ in range(2)]
+    batch, _ = batch_executor(envs)
+    assert not any(row.skips for row in batch.rows)
+    mixed = [ActionChunk(SimEnv(FakeAdapter()), chunk=2), envs[0]]
+    batch, _ = batch_executor(mixed)  # not one kind: each env runs its own ActionChunk
+    assert batch.envs == mixed

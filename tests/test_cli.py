@@ -54,3 +54,10 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
     assert all(rows[k]["breakdown_ms_per_env_step"]["physics"] > 0 for k in range(2, len(rows)))  # chunks
     assert set(payload["policy_cores"]).isdisjoint(payload["env_cores"]) or len(payload["env_cores"]) == 1
     assert (tmp_path / "fastenv_bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the same data: every configuration's trajectories equal Default's, episode ends included
+    assert all(run["episodes_ended"] > 0 for run in rows[0]["rounds"])
+    for row in rows[1:]:
+        same = row["same_data_as_default"]
+        assert same["equal"], (row["config"], same)
+        assert same["chunks_compared"] >= 4
+    assert "same data" in out.stdout and "NO:" not in out.stdout

@@ -3,10 +3,12 @@
 Each configuration adds one thing to the previous one, in the order of the published ablation,
 then fastenv's own steps:
 
-- Default: LIBERO's stock observation set (two cameras, all state, an observation every step),
-  one action per step, robosuite's hard resets and control loop, in Gymnasium's AsyncVectorEnv.
-- +Slim: headless, pruned to one camera + proprioception, in fastenv's vector env.
-- +SkipObs: action chunks of K, one observation per chunk.
+- Default: LIBERO's stock observation set (two cameras, all state), each chunk's K actions
+  executed one step at a time with an observation after every one, robosuite's hard resets and
+  control loop, in Gymnasium's AsyncVectorEnv.
+- +Slim: headless, pruned to one camera + proprioception, in fastenv's vector env (still an
+  observation after every step).
+- +SkipObs: one observation per chunk, at its end.
 - +Pipeline: S pipeline stages; the policy runs on one while the others step.
 - +Async: dynamic batching; the policy serves whichever envs are ready.
 - +FastReset: LIBERO resets in place (bit for bit a rebuilt env's reset).
@@ -14,18 +16,25 @@ then fastenv's own steps:
 
 The layout is the same for every configuration, as these systems are deployed: the policy
 (``fastenv.policy.ChunkPolicy``: a CNN over the camera image and an MLP over proprioception,
-emitting an action chunk and a value) runs in this process, on the GPU when there is one, and
+emitting an action chunk of K and a value, once per chunk in every configuration) runs in this process, on the GPU when there is one, and
 this process is pinned to its own CPU core(s); the env processes are pinned to the other cores.
 Episodes end at random lengths around ``episode_steps`` (the long tail dynamic batching is for),
 so resets are part of every rollout, as in training. Configurations are interleaved over rounds;
 the table gives medians and spreads, and fastenv's profiler (``PipelineVectorEnv(profile=True)``)
 says where each configuration's wall time goes.
+
+Every configuration must produce the same data as Default: the policy serves each env on its own
+(``ChunkPolicy.act_rows``: its own noise stream, evaluated alone, so batching cannot change its
+actions), and each env's trajectory (per chunk: the reward, terminated, truncated, the kept
+observations and the final observation of an episode that ended) is hashed and compared with
+Default's, chunk by chunk over the chunks both ran (the "same data" column).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -72,7 +81,7 @@ class BenchConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
         """A smoke run: 2 small envs, a few steps, one round."""
-        base = dict(num_envs=2, workers=1, chunk=4, stages=2, camera_size=64, steps=16, episode_steps=64, rounds=1)
+        base = dict(num_envs=2, workers=1, chunk=4, stages=2, camera_size=64, steps=16, episode_steps=16, rounds=1)
         base.update(overrides)
         return cls(**base)
 
@@ -133,15 +142,23 @@ def episode_lengths(cfg: BenchConfig) -> list[int]:
     return [int(x) for x in rng.integers(cfg.episode_steps // 2, 3 * cfg.episode_steps // 2 + 1, cfg.num_envs)]
 
 
+def stepwise_env(chunk: int, *args: Any, **kwargs: Any) -> Any:
+    """``make_env(*args, **kwargs)`` executing chunks of ``chunk`` one step at a time, an observation after each."""
+    from fastenv.backends.libero import make_env
+    from fastenv.wrappers import ActionChunk
+
+    return ActionChunk(make_env(*args, chunk=None, **kwargs), chunk, skip_observations=False)
+
+
 def _env_fns(cfg: BenchConfig, build: str, env_cores: list[int]) -> list[Callable[[], Any]]:
     from fastenv.backends.libero import make_env
 
     stock = build == "stock"
+    maker = functools.partial(make_env, chunk=cfg.chunk) if build == "chunked" else functools.partial(stepwise_env, cfg.chunk)
     return [
         _Pinned(
             functools.partial(
-                make_env, cfg.suite, cfg.task_id,
-                chunk=cfg.chunk if build == "chunked" else None,
+                maker, cfg.suite, cfg.task_id,
                 modalities=None if stock else SLIM_MODALITIES,
                 camera_size=cfg.camera_size, max_episode_steps=length,
                 hard_reset=True, fast_substep=False,  # the stock cost; later variants switch them
@@ -178,27 +195,77 @@ def _pick(obs: dict[str, np.ndarray], ids: slice | np.ndarray) -> dict[str, np.n
     return {IMAGE_KEY: obs[IMAGE_KEY][ids], STATE_KEY: obs[STATE_KEY][ids]}
 
 
+def _kept_bytes(obs: Any) -> bytes:
+    return b"".join(np.ascontiguousarray(obs[k]).tobytes() for k in SLIM_MODALITIES)
+
+
+class Trajectories:
+    """Each env's trajectory as a list of digests: its first observation, then one per chunk."""
+
+    def __init__(self, n: int) -> None:
+        self.chunks: list[list[str]] = [[] for _ in range(n)]
+        self.episodes_ended = 0
+
+    def reset(self, obs: dict[str, np.ndarray]) -> None:
+        for i in range(len(self.chunks)):
+            self.chunks[i].append(hashlib.blake2b(_kept_bytes(_pick(obs, slice(i, i + 1)))).hexdigest())
+
+    def record(self, ids: Any, obs: dict[str, np.ndarray], rewards: Any, terminated: Any, truncated: Any, infos: dict[str, Any]) -> None:
+        ended = np.asarray(infos.get("_final_obs", np.zeros(len(ids), bool)))
+        self.episodes_ended += int(ended.sum())
+        for j, i in enumerate(np.asarray(ids).tolist()):
+            h = hashlib.blake2b(np.float64(rewards[j]).tobytes() + bytes([bool(terminated[j]), bool(truncated[j])]))
+            h.update(_kept_bytes(_pick(obs, slice(j, j + 1))))
+            if ended[j]:
+                h.update(_kept_bytes(infos["final_obs"][j]))
+            self.chunks[i].append(h.hexdigest())
+
+
+def compare_trajectories(ours: list[Trajectories], default: list[Trajectories]) -> dict[str, Any]:
+    """Round by round, env by env: do the chunks both ran have the same digests?"""
+    compared = None
+    for r, (mine, ref) in enumerate(zip(ours, default)):
+        for i, (a, b) in enumerate(zip(mine.chunks, ref.chunks)):
+            common = min(len(a), len(b))
+            for c in range(common):
+                if a[c] != b[c]:
+                    what = "first observation" if c == 0 else f"chunk {c}"
+                    return {"equal": False, "chunks_compared": c, "first_difference": f"round {r + 1}, env {i}, {what}"}
+            compared = common - 1 if compared is None else min(compared, common - 1)
+    return {"equal": True, "chunks_compared": compared or 0, "first_difference": None}
+
+
 def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, device: Any, progress: Any = None) -> dict[str, Any]:
     """Time one configuration on ``envs``; returns its measurements (one round)."""
-    chunked = variant.build == "chunked"
-    chunk = cfg.chunk if chunked else 1
-    policy_s = 0.0
+    import torch
 
-    def act(obs: dict[str, np.ndarray]) -> np.ndarray:
+    chunk = cfg.chunk
+    policy_s = 0.0
+    n = cfg.num_envs
+    generators = [torch.Generator().manual_seed(cfg.seed * 100_003 + i) for i in range(n)]
+    trajectories = Trajectories(n)
+
+    def act(obs: dict[str, np.ndarray], ids: Any = None) -> np.ndarray:
         nonlocal policy_s
+        ids = np.arange(n) if ids is None else np.asarray(ids)
         t0 = time.perf_counter()
-        actions, _ = policy.act(obs, IMAGE_KEY, STATE_KEY, device)
+        actions, _ = policy.act_rows(obs, IMAGE_KEY, STATE_KEY, [generators[i] for i in ids], device)
         policy_s += time.perf_counter() - t0
-        return actions if chunked else actions[:, 0]
+        return actions
+
+    def record(ids: Any, result: tuple) -> Any:
+        obs, rewards, terminated, truncated, infos = result
+        trajectories.record(np.arange(n) if ids is None else ids, obs, rewards, terminated, truncated, infos)
+        return obs
 
     profiled = hasattr(envs, "profile_report")
     if profiled:
         _set_modes(envs, variant.hard_reset, variant.fast_substep)
-    n = cfg.num_envs
     target = cfg.steps * n  # simulator steps to time
     obs, _ = envs.reset(seed=cfg.seed)
+    trajectories.reset(obs)
     for _ in range(2):  # warm-up: first renders, first policy calls
-        obs, *_ = envs.step(act(obs))
+        obs = record(None, envs.step(act(obs)))
     if profiled:
         envs.reset_profile()
     policy_s = 0.0
@@ -206,31 +273,33 @@ def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, devi
     done = 0
     if variant.mode == "step":
         while done < target:
-            obs, *_ = envs.step(act(obs))
+            obs = record(None, envs.step(act(obs)))
             done += n * chunk
             if progress is not None:
                 progress.update(n * chunk)
     elif variant.mode == "pipeline":
         m = envs.layout.stage_size
+        stage_ids = [np.arange(k * m, (k + 1) * m) for k in range(cfg.stages)]
         for k in range(cfg.stages):
-            envs.send(act(_pick(obs, slice(k * m, (k + 1) * m))), stage=k)
+            envs.send(act(_pick(obs, stage_ids[k]), stage_ids[k]), stage=k)
         while done < target:
             for k in range(cfg.stages):
-                stage_obs, *_ = envs.recv(stage=k)
+                stage_obs = record(stage_ids[k], envs.recv(stage=k))
                 done += m * chunk
                 if progress is not None:
                     progress.update(m * chunk)
-                envs.send(act(stage_obs), stage=k)  # the other stages step meanwhile
+                envs.send(act(stage_obs, stage_ids[k]), stage=k)  # the other stages step meanwhile
     else:
         batch = cfg.max_batch or max(1, n // 2)
         envs.send(act(obs), env_ids=np.arange(n))
         while done < target:
-            batch_obs, _, _, _, infos = envs.recv(max_batch=batch, timeout=cfg.batch_timeout)
-            ids = infos["env_ids"]
+            result = envs.recv(max_batch=batch, timeout=cfg.batch_timeout)
+            ids = np.asarray(result[4]["env_ids"])
+            batch_obs = record(ids, result)
             done += len(ids) * chunk
             if progress is not None:
                 progress.update(len(ids) * chunk)
-            envs.send(act(batch_obs), env_ids=ids)
+            envs.send(act(batch_obs, ids), env_ids=ids)
     wall = time.perf_counter() - start
     breakdown = {"policy": policy_s}
     env_cpu = None
@@ -244,11 +313,12 @@ def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, devi
     # Steps still in flight are neither counted nor timed; collect them before the next run.
     if variant.mode == "pipeline":
         for k in range(cfg.stages):
-            envs.recv(stage=k)
+            record(stage_ids[k], envs.recv(stage=k))
     elif variant.mode == "dynamic":
         while len(envs.in_flight()):
-            envs.recv(max_batch=n)
-    return {"env_steps": done, "seconds": wall, "breakdown_s": breakdown, "env_cpu_s": env_cpu}
+            result = envs.recv(max_batch=n)
+            record(np.asarray(result[4]["env_ids"]), result)
+    return {"env_steps": done, "seconds": wall, "breakdown_s": breakdown, "env_cpu_s": env_cpu, "trajectories": trajectories}
 
 
 def _device(name: str, policy_cores: list[int]) -> Any:
@@ -265,7 +335,7 @@ def _device(name: str, policy_cores: list[int]) -> Any:
 # configuration and seconds per vector-env build, on a 2-core machine without GPU (4 envs, 128-px
 # camera; docs/benchmarks.md, results/fastenv_bench_2core_default.json: 9.0 min), and the overhead
 # the sum misses.
-REFERENCE_MS_PER_ENV_STEP = {"Default": 131.0, "+Slim": 83.5, "+SkipObs": 19.6, "+Pipeline": 18.6, "+Async": 19.0, "+FastReset": 16.3, "+FastSubstep": 13.7}
+REFERENCE_MS_PER_ENV_STEP = {"Default": 122.6, "+Slim": 79.7, "+SkipObs": 20.1, "+Pipeline": 19.3, "+Async": 19.8, "+FastReset": 16.8, "+FastSubstep": 13.7}
 REFERENCE_BUILD_S = {"stock": 25.0, "slim": 15.0, "chunked": 15.0}
 REFERENCE_OVERHEAD = 1.3
 
@@ -319,8 +389,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
                         builds += 1
                     space = vec.single_observation_space
                     torch.manual_seed(cfg.seed)
-                    chunk = cfg.chunk if variant.build == "chunked" else 1
-                    policy = ChunkPolicy(space[IMAGE_KEY].shape, space[STATE_KEY].shape[0], chunk, 7).to(device).eval()
+                    policy = ChunkPolicy(space[IMAGE_KEY].shape, space[STATE_KEY].shape[0], cfg.chunk, 7).to(device).eval()
                     samples[variant.name].append(run_variant(cfg, variant, vec, policy, device, progress))
                 if vec is not None:
                     vec.close()
@@ -371,8 +440,10 @@ def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], e
         # The floor: the env work (CPU seconds of the envs' calls) spread over the env cores.
         cpu = [s["env_cpu_s"] for s in runs if s.get("env_cpu_s")]
         floor = statistics.median(1000.0 * c / s["env_steps"] for c, s in zip(cpu, runs)) / env_cores if cpu else None
+        same = compare_trajectories([s["trajectories"] for s in runs], [s["trajectories"] for s in samples[base_name]])
         row = {
             "config": variant.name,
+            "same_data_as_default": same,
             "env_steps_per_s": statistics.median(rates),
             "spread_env_steps_per_s": max(rates) - min(rates),
             "ms_per_env_step": statistics.median(ms),
@@ -380,7 +451,7 @@ def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], e
             "breakdown_ms_per_env_step": breakdown,
             "floor_ms_per_env_step": floor,
             "x_floor": statistics.median(ms) / floor if floor else None,
-            "rounds": runs,
+            "rounds": [{**{k: v for k, v in s.items() if k != "trajectories"}, "episodes_ended": s["trajectories"].episodes_ended} for s in runs],
             "variant": dataclasses.asdict(variant),
         }
         rows.append(row)
@@ -388,23 +459,26 @@ def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], e
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    headers = ["configuration", "env-steps/s", "spread", "x Default", "ms/env step", "x floor", *CATEGORIES]
+    headers = ["configuration", "env-steps/s", "spread", "x Default", "ms/env step", "x floor", "same data", *CATEGORIES]
     cells = []
     for r in rows:
         b = r["breakdown_ms_per_env_step"]
         parts = [f"{b[c]:.1f}" if c in b else "-" for c in CATEGORIES]
         if "env (stock, not broken down)" in b:
             parts[0] = f"({b['env (stock, not broken down)']:.1f} env)"
+        same = r["same_data_as_default"]
+        same_cell = "reference" if r is rows[0] else (f"yes ({same['chunks_compared']} chunks)" if same["equal"] else f"NO: {same['first_difference']}")
         cells.append(
             [r["config"], f"{r['env_steps_per_s']:.1f}", f"{r['spread_env_steps_per_s']:.1f}", f"{r['speedup_vs_default']:.2f}",
-             f"{r['ms_per_env_step']:.1f}", f"{r['x_floor']:.2f}" if r["x_floor"] else "-", *parts]
+             f"{r['ms_per_env_step']:.1f}", f"{r['x_floor']:.2f}" if r["x_floor"] else "-", same_cell, *parts]
         )
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
     lines.append(
         "(breakdown: ms per env step; physics = sub-steps without observation, step = the last sub-step of a "
-        "chunk with its observation, observe = observations on their own; env-process time summed over processes)"
+        "chunk with its observation, observe = observations on their own; env-process time summed over processes; "
+        "same data: each env's rewards, dones and kept observations, chunk by chunk, equal Default's)"
     )
     return "\n".join(lines)
 

@@ -276,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
             f"\npolicy on {payload['policy_device']} (process on cores {payload['policy_cores']}), envs on cores "
             f"{payload['env_cores']}; wrote " + ", ".join(payload["files"])
         )
+        differ = [r["config"] for r in payload["results"] if not r["same_data_as_default"]["equal"]]
+        if differ:
+            print(f"fastenv bench: {differ} did not produce Default's data (the 'same data' column says where)", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -72,3 +72,22 @@ class ChunkPolicy(nn.Module):
         dist, value = self.distribution(image, state)
         action = dist.sample().clamp(-1.0, 1.0).view(-1, self.chunk, self.action_dim)
         return action.cpu().numpy().astype(np.float32), value.cpu().numpy()
+
+    @torch.no_grad()
+    def act_rows(
+        self, obs: dict[str, np.ndarray], image_key: str | None, state_key: str, generators: list[Any], device: Any = "cpu"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``act`` with each row on its own: evaluated alone, its noise from its own generator.
+
+        Row i's actions depend only on row i's observation and ``generators[i]`` (CPU
+        ``torch.Generator``), not on which rows are batched with it: an env gets the same actions
+        whether the policy serves all envs at once, a pipeline stage or a dynamic batch.
+        """
+        actions, values = [], []
+        for i, generator in enumerate(generators):
+            image = torch.as_tensor(obs[image_key][i : i + 1], device=device) if image_key else None
+            dist, value = self.distribution(image, torch.as_tensor(obs[state_key][i : i + 1], device=device))
+            noise = torch.randn(dist.mean.shape, generator=generator).to(device)
+            actions.append((dist.mean + dist.stddev * noise).clamp(-1.0, 1.0).view(-1, self.chunk, self.action_dim))
+            values.append(value)
+        return torch.cat(actions).cpu().numpy().astype(np.float32), torch.cat(values).cpu().numpy()

@@ -75,11 +75,15 @@ class EnvRow:
         env: the env.
         owner: who sub-steps it (named in the warning when the stack cannot skip observations);
             None when it is only ever stepped whole.
+        skip_observations: False makes every sub-step a full step through the stack, with its
+            observation (what the stock env does; the reference the fast path equals).
     """
 
-    def __init__(self, env: gym.Env, owner: str | None = None) -> None:
+    def __init__(self, env: gym.Env, owner: str | None = None, skip_observations: bool = True) -> None:
         self.env = env
         self.path, self.core, blocker = substep_path(env)
+        if not skip_observations:
+            self.path, self.core, blocker = [], None, None
         self._last_obs: Any = None
         if blocker is not None and owner is not None:
             warnings.warn(
@@ -160,9 +164,9 @@ class EnvBatch:
     batched = False
     ops = NUMPY
 
-    def __init__(self, envs: Sequence[gym.Env], owner: str | None = None) -> None:
+    def __init__(self, envs: Sequence[gym.Env], owner: str | None = None, skip_observations: bool = True) -> None:
         self.envs = list(envs)
-        self.rows = [EnvRow(env, owner) for env in self.envs]
+        self.rows = [EnvRow(env, owner, skip_observations) for env in self.envs]
         self.num_envs = len(self.rows)
         first = self.envs[0]
         self.single_observation_space = first.observation_space

@@ -255,9 +255,12 @@ def batch_executor(envs: Sequence[gym.Env]) -> tuple[EnvBatch, Executor]:
     (the executor is the same), and envs sharing one physics world advance it once per sub-step.
     """
     first = envs[0]
-    same = (ActionChunk, getattr(first, "chunk", None), getattr(first, "gamma", None), getattr(first, "episode_statistics", None))
-    if all(type(env) is ActionChunk and (ActionChunk, env.chunk, env.gamma, env.episode_statistics) == same for env in envs):
-        batch = EnvBatch([env.env for env in envs], owner="ActionChunk")
+    def key(env: Any) -> tuple:
+        return (type(env), *(getattr(env, name, None) for name in ("chunk", "gamma", "episode_statistics", "skip_observations")))
+
+    same = key(first)
+    if all(type(env) is ActionChunk and key(env) == same for env in envs):
+        batch = EnvBatch([env.env for env in envs], owner="ActionChunk", skip_observations=first.skip_observations)
         return batch, Executor(batch, chunk=first.chunk, gamma=first.gamma, autoreset=True, episode_statistics=first.episode_statistics)
     batch = EnvBatch(envs)
     return batch, Executor(batch, autoreset=True)

@@ -54,18 +54,24 @@ class ActionChunk(gym.Wrapper):
         gamma: discount applied inside the chunk, or None to sum the rewards.
         episode_statistics: add ``info["episode"]`` when an episode ends, counted over sub-steps:
             the undiscounted return ``r``, the length ``l`` in simulator steps, the time ``t``.
+        skip_observations: False steps the env below whole for every sub-action, an observation
+            after each, as the stock env executes a chunk (the same transitions at the stock
+            cost: the reference ``fastenv bench`` and the equality tests compare with).
 
     Example:
         >>> env = ActionChunk(env, chunk=8)   # action_space: Box(8, act_dim)
     """
 
-    def __init__(self, env: gym.Env, chunk: int, gamma: float | None = None, episode_statistics: bool = False) -> None:
+    def __init__(
+        self, env: gym.Env, chunk: int, gamma: float | None = None, episode_statistics: bool = False, skip_observations: bool = True
+    ) -> None:
         self.chunk = check_positive_int("chunk", chunk)
         self.gamma = None if gamma is None else check_discount("gamma", gamma)
         self.episode_statistics = bool(episode_statistics)
+        self.skip_observations = bool(skip_observations)
         super().__init__(env)
         self.action_space = chunk_space(env.action_space, self.chunk)
-        self._batch = EnvBatch([env], owner="ActionChunk")
+        self._batch = EnvBatch([env], owner="ActionChunk", skip_observations=self.skip_observations)
         self._executor = Executor(self._batch, chunk=self.chunk, gamma=self.gamma, episode_statistics=episode_statistics)
         self._row = np.zeros(1, dtype=np.int64)
 
