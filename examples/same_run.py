@@ -22,7 +22,7 @@ deterministic policy every 10 updates (32 episodes, not timed), and plots the su
 against env steps and against each stack's own wall-clock time:
 
     python examples/same_run.py                  # 250k env steps per stack (about 15 min on 2 cores)
-    python examples/same_run.py --total-steps 8000 --out /tmp/curve   # a short smoke run
+    python examples/same_run.py --total-steps 8000 --out smoke   # a short smoke run
 """
 
 from __future__ import annotations
