@@ -25,7 +25,6 @@ their bytes). Wall-clock per update and in total, and the ratio.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -285,5 +284,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     main()
