@@ -6,11 +6,16 @@ CPU env with chunks of 1, 8 and 32 (one observation per chunk). A vector of envs
 CPU simulation holds one env per process): Gymnasium's AsyncVectorEnv over the stock env against
 fastenv's vector env (its workers) with chunks of 1, 8 and 32. Resets: is the stock reset the
 long pole of an episode (ms per reset against ms per step, and its share of an episode of
-PickCube's 50 steps)? Configurations are timed in interleaved rounds; ratios are medians of
-per-round ratios. Writes JSON to --out.
+PickCube's 50 steps)? PPO-shaped (``--parts ppo``): ManiSkill's PPO baseline's loop on the CPU
+(PushCube-v1, a policy per action, rollout buffers, GAE and one update epoch), state and a 128-px
+rgb camera, on ManiSkill's own CPU paths (its vector env over its one CPU env; Gymnasium's
+AsyncVectorEnv over its ``CPUGymWrapper`` envs) against fastenv (the drop-in ``make_vec``, one
+action per step; and chunks of 8 actions per observation). Configurations are timed in
+interleaved rounds; ratios are medians of per-round ratios. Writes JSON to --out.
 
     python benchmarks/bench_maniskill.py --rounds 3
     python benchmarks/bench_maniskill.py --parts resets --rounds 3
+    python benchmarks/bench_maniskill.py --parts ppo --rounds 3 --out results/bench_maniskill_ppo.json
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, print_table, write_json  # noqa: E402
 
-PARTS = ("single", "vector", "resets")
+PARTS = ("single", "vector", "resets", "ppo")
 TASKS = {  # name: (obs_mode, fastenv keys, camera side)
     "state": ("state", ["state"], None),
     "rgb 64 px": ("rgb", ["base_camera_rgb"], 64),
@@ -141,25 +146,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"of {list(TASKS)}")
     parser.add_argument("--resets", type=int, default=20, help="resets per task per round")
-    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    parser.add_argument("--parts", nargs="+", default=["single", "vector", "resets"], choices=PARTS)
+    parser.add_argument("--ppo-envs", type=int, default=8, help="envs of the PPO-shaped run (ManiSkill's one CPU env aside)")
+    parser.add_argument("--ppo-steps", type=int, default=32, help="rollout steps per env per PPO iteration (a multiple of 8)")
+    parser.add_argument("--ppo-obs", nargs="+", default=["state", "rgb"], choices=["state", "rgb"])
     parser.add_argument("--out", default="results/bench_maniskill.json")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.tasks) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {list(TASKS)}")
+    if "ppo" in args.parts and (args.ppo_steps < 8 or args.ppo_steps % 8):
+        parser.error(f"--ppo-steps must be a positive multiple of 8 (the chunked rows send 8 actions at a time), got {args.ppo_steps}")
     chunked = {"single": args.steps, "vector": args.vector_steps}  # the parts that step chunks of up to 32
     short = {part: n for part, n in chunked.items() if part in args.parts and n < 32}
     if short:
         parser.error(f"the {sorted(short)} part(s) step chunks of up to 32 simulator steps: --steps / --vector-steps must be >= 32, got {short}")
 
     rng = np.random.default_rng(0)
-    payload: dict[str, Any] = {"benchmark": "maniskill_cpu", "rounds": args.rounds, "single": {}, "vector": {}, "resets": {}}
+    payload: dict[str, Any] = {"benchmark": "maniskill_cpu", "rounds": args.rounds, "single": {}, "vector": {}, "resets": {}, "ppo": {}}
     if "single" in args.parts:
         payload["single"] = bench_single(args, rng)
     if "vector" in args.parts:
         payload["vector"] = bench_vector(args, rng)
     if "resets" in args.parts:
         payload["resets"] = bench_resets(args, rng)
+    if "ppo" in args.parts:
+        from bench_maniskill_ppo import bench_ppo
+
+        payload["ppo"] = bench_ppo(args)
+    payload["settings"] = {k: v for k, v in vars(args).items() if k != "out"}
     payload["machine"] = machine()
     print(f"\nwrote {write_json(args.out, payload)}")
     return payload

@@ -272,8 +272,21 @@ class FakeManiSkillEnv(gym.Env):
         reward = self.get_reward(obs, action, info)
         return obs, reward, info["success"] | info["fail"], torch.zeros(self.num_envs, dtype=torch.bool), info
 
+    control_mode = "pd_joint_delta_pos"
+
+    def get_state_dict(self):
+        """BaseEnv.get_state_dict's layout: actors' and articulations' batched states."""
+        return {
+            "actors": {"cube": torch.cat([self.pos, self.sim_time[:, None]], dim=1).clone()},
+            "articulations": {"robot": self.agent.robot.get_drive_targets().clone()},
+        }
+
     def render(self):
-        return torch.zeros(self.num_envs, 8, 8, 3, dtype=torch.uint8)
+        """The human render camera's frames (a picture of each env's position)."""
+        frames = torch.zeros(self.num_envs, 8, 8, 3, dtype=torch.uint8)
+        frames[..., 0] = (self.pos[:, :1, None] * 40).clamp(0, 255).to(torch.uint8)
+        frames[..., 1] = (self.pos[:, 2:3, None] * 100 + 128).clamp(0, 255).to(torch.uint8)
+        return frames
 
     def close(self):
         pass

@@ -120,3 +120,23 @@ class Alone:
         obs, reward, terminated, truncated, infos = self.sync.step(np.asarray(action)[None])
         self.obs = get_row(obs, 0)
         return self.obs, reward[0], terminated[0], truncated[0], row_info(infos, 0)
+
+
+def skip_unless_script_imports(source, extra):
+    """Skip (not fail) a test of a user's script when a module the script imports is missing.
+
+    The skip conditions are the script's own module-level imports, so they cannot drift from it
+    (imports inside functions or branches, such as an optional ``wandb``, are the script's options).
+    """
+    import ast
+
+    import pytest
+
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    for name in sorted(names):
+        pytest.importorskip(name, reason=f"the script imports {name}: pip install 'fastenv-rl[{extra}]'")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import skip_unless_script_imports
 
 SCRIPT = os.environ.get("CLEANRL_PPO_SCRIPT")
 ENV_STATEMENT = re.compile(r"^(?P<indent>[ \t]*)envs = gym\.vector\.SyncVectorEnv\(\n.*?^(?P=indent)\)\n", re.M | re.S)
@@ -41,9 +42,10 @@ def test_patch_changes_exactly_one_statement():
 @pytest.mark.libero
 @pytest.mark.skipif(SCRIPT is None, reason="set CLEANRL_PPO_SCRIPT to CleanRL's ppo_continuous_action.py (not redistributed)")
 def test_cleanrl_ppo_continuous_action_runs_on_libero(tmp_path):
-    pytest.importorskip("tyro", reason="CleanRL's script needs tyro and tensorboard: pip install 'fastenv-rl[cleanrl]'")
+    source = patched(Path(SCRIPT).read_text())
+    skip_unless_script_imports(source, "cleanrl")  # tyro, tensorboard, ...: what the script imports
     script = tmp_path / "ppo_continuous_action.py"
-    script.write_text(patched(Path(SCRIPT).read_text()))
+    script.write_text(source)
     args = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--no-cuda"]
     out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

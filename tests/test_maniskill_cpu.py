@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import skip_unless_script_imports
 
 torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv-rl[maniskill]")')
 pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv-rl[maniskill]")')
@@ -412,42 +412,102 @@ def test_maniskill_conventions_equal_maniskills_own_vector_env(ignore_terminatio
 
 
 MANISKILL_PPO = os.environ.get("MANISKILL_PPO_SCRIPT")
-CONSTRUCTION = re.compile(r"^(?P<indent>[ \t]*)envs = gym\.make\(args\.env_id.*?^(?P=indent)eval_envs = ManiSkillVectorEnv\(.*?\)\n", re.M | re.S)
-FASTENV_CONSTRUCTION = (
-    "{indent}from fastenv.integrations.maniskill import make_vec\n"
-    "{indent}envs = make_vec(args.env_id, args.num_envs, ignore_terminations=not args.partial_reset, record_metrics=True, "
-    "reconfiguration_freq=args.reconfiguration_freq, **env_kwargs)\n"
-    "{indent}eval_envs = make_vec(args.env_id, args.num_eval_envs, ignore_terminations=not args.eval_partial_reset, "
-    "record_metrics=True, reconfiguration_freq=args.eval_reconfiguration_freq, **env_kwargs)\n"
-)
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def patch_block(path: Path) -> str:
+    text = path.read_text()
+    start = text.index("<!-- patch: ManiSkill's examples/baselines/ppo/ppo.py -->")
+    return text[start:].split("```diff\n", 1)[1].split("```", 1)[0]
+
+
+def readme_patch() -> list[tuple[str, str]]:
+    """The README's patch of ManiSkill's ppo.py: (lines removed, lines added) per hunk."""
+    block = patch_block(README)
+    hunks: list[tuple[list[str], list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("@@"):
+            continue
+        sign, body = line[0], line[1:]
+        if sign == "-" and (not hunks or hunks[-1][1]):
+            hunks.append(([], []))
+        hunks[-1][0 if sign == "-" else 1].append(body)
+    return [("\n".join(old) + "\n", "\n".join(new) + "\n") for old, new in hunks]
 
 
 def patched_ppo(source: str) -> str:
-    """ManiSkill's PPO script with its env construction (gym.make ... ManiSkillVectorEnv) replaced."""
-    new, count = CONSTRUCTION.subn(lambda m: FASTENV_CONSTRUCTION.format(indent=m.group("indent")), source)
-    if count != 1:
-        raise AssertionError(f"expected one env construction block, found {count}")
-    return new
+    """ManiSkill's PPO script with the README's patch applied (each hunk must match exactly once)."""
+    for old, new in readme_patch():
+        if source.count(old) != 1:
+            raise AssertionError(f"the README's patch expects these lines once in ppo.py, found {source.count(old)}:\n{old}")
+        source = source.replace(old, new)
+    return source
 
 
-def test_the_patch_replaces_only_the_env_construction():
-    source = (
-        "x = 1\n    envs = gym.make(args.env_id, num_envs=2)\n    eval_envs = gym.make(args.env_id)\n"
-        "    envs = ManiSkillVectorEnv(envs, 2)\n    eval_envs = ManiSkillVectorEnv(eval_envs, 2, record_metrics=True)\n    go()\n"
-    )
-    out = patched_ppo(source)
-    assert out.startswith("x = 1\n    from fastenv.integrations.maniskill import make_vec\n    envs = make_vec(") and out.endswith("    go()\n")
+def test_the_readme_patch_changes_only_the_imports_and_gym_make():
+    assert patch_block(README.parent / "docs" / "backends" / "maniskill.md") == patch_block(README)  # the docs show the same patch
+    hunks = readme_patch()
+    assert len(hunks) == 2
+    for old, new in hunks:
+        assert old.replace("gym.make(", "make(") == new or "from fastenv.integrations.maniskill import" in new
+    source = "import x\n" + hunks[0][0] + "y = 1\n" + hunks[1][0] + "go()\n"
+    assert patched_ppo(source) == "import x\n" + hunks[0][1] + "y = 1\n" + hunks[1][1] + "go()\n"
+    with pytest.raises(AssertionError, match="once in ppo.py"):
+        patched_ppo(source + hunks[1][0])
 
 
 @pytest.mark.skipif(MANISKILL_PPO is None, reason="set MANISKILL_PPO_SCRIPT to ManiSkill's examples/baselines/ppo/ppo.py (not redistributed)")
-def test_maniskills_ppo_script_runs_with_only_its_env_construction_changed(tmp_path):
-    pytest.importorskip("tensorboard", reason="ManiSkill's PPO script logs with tensorboard")
+def test_maniskills_ppo_script_runs_with_its_default_flags(tmp_path):
+    # The README's patch and nothing else: evaluation videos, checkpoints and metrics as the script's
+    # defaults have them (capture_video, save_model), then --evaluate from the saved checkpoint,
+    # which records ManiSkill's trajectory files.
+    source = patched_ppo(Path(MANISKILL_PPO).read_text())
+    skip_unless_script_imports(source, "maniskill")  # tyro, tensorboard, ...: what the script imports
     script = tmp_path / "ppo.py"
-    script.write_text(patched_ppo(Path(MANISKILL_PPO).read_text()))
-    args = ["--num-envs", "4", "--num-eval-envs", "2", "--num-steps", "8", "--total-timesteps", "64", "--num-minibatches", "2",
-            "--update-epochs", "1", "--eval-freq", "2", "--num-eval-steps", "50", "--no-capture-video", "--no-cuda"]
+    script.write_text(source)
+    args = ["--env-id", "PushCube-v1", "--num-envs", "4", "--num-eval-envs", "2", "--num-steps", "8", "--total-timesteps", "64",
+            "--num-minibatches", "2", "--update-epochs", "1", "--eval-freq", "2", "--num-eval-steps", "50"]
     out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("SPS:") == 2  # two PPO iterations of 4 envs x 8 steps
     assert "resulting in 2 episodes" in out.stdout  # the 50-step eval episodes ended, with their metrics
     assert "eval_success_once_mean=" in out.stdout and "eval_return_mean=" in out.stdout
+    if not torch.cuda.is_available():
+        assert out.stderr.count("asks for CUDA") == 1  # the script's physx_cuda, replaced and said once
+    (run,) = (tmp_path / "runs").iterdir()
+    assert sorted(p.name for p in run.glob("*.pt")) == ["ckpt_1.pt", "final_ckpt.pt"]
+    assert [p.name for p in (run / "videos").iterdir()] == ["0.mp4"]  # 2 envs x 50 steps, tiled, one video
+    assert next(run.glob("events.out.tfevents.*")).stat().st_size > 0
+    out = subprocess.run([sys.executable, str(script), "--env-id", "PushCube-v1", "--num-eval-envs", "2", "--num-eval-steps", "50",
+                          "--evaluate", "--checkpoint", str(run / "final_ckpt.pt")], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "eval_success_once_mean=" in out.stdout
+    recorded = run / "test_videos"
+    assert sorted(p.name for p in recorded.iterdir()) == ["0.mp4", "trajectory.h5", "trajectory.json"]
+    import json
+
+    import h5py
+
+    episodes = json.loads((recorded / "trajectory.json").read_text())["episodes"]
+    assert [e["elapsed_steps"] for e in episodes] == [50, 50]
+    with h5py.File(recorded / "trajectory.h5") as f:
+        assert sorted(f) == ["traj_0", "traj_1"] and f["traj_0/actions"].shape[0] == 50 and f["traj_0/obs"].shape[0] == 51
+
+
+def test_the_ppo_shaped_benchmark_runs_every_stack(tmp_path):
+    # bench_maniskill.py --parts ppo, small: every stack runs whole PPO iterations and is reported.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_maniskill
+
+    out = tmp_path / "ppo.json"
+    payload = bench_maniskill.main(["--parts", "ppo", "--rounds", "1", "--ppo-envs", "2", "--ppo-steps", "8", "--ppo-obs", "state", "--out", str(out)])
+    rows = payload["ppo"]
+    assert [row["config"] for row in rows] == [
+        "stock ManiSkillVectorEnv, 1 CPU env", "stock AsyncVectorEnv, 2 CPUGymWrapper envs", "fastenv drop-in make_vec, 2 envs",
+        "fastenv, 2 envs, chunk 1", "fastenv, 2 envs, chunk 8 (1 obs / 8 steps)",
+    ]
+    assert all(row["env_steps_per_s"] > 0 and row["rollout_env_steps_per_s"] >= row["env_steps_per_s"] for row in rows)
+    assert rows[0]["x_stock"] == 1.0 and payload["settings"]["ppo_steps"] == 8
+    assert out.exists()
+    with pytest.raises(SystemExit):
+        bench_maniskill.main(["--parts", "ppo", "--ppo-steps", "12", "--out", str(out)])

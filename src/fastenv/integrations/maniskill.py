@@ -1,19 +1,24 @@
 """ManiSkill's vector-env conventions on a fastenv vector env: scripts written for ManiSkill run unchanged.
 
-ManiSkill's own training scripts build ``ManiSkillVectorEnv(gym.make(env_id, num_envs=N, ...), N,
-ignore_terminations=..., record_metrics=...)`` and read torch tensors on a device, a flat state
+ManiSkill's own training scripts build ``gym.make(env_id, num_envs=N, ...)``, wrap it in
+``RecordEpisode`` for videos and trajectories, then in ``ManiSkillVectorEnv(env, N,
+ignore_terminations=..., record_metrics=...)``, and read torch tensors on a device, a flat state
 observation, ``infos["final_observation"]`` as the whole batch, ``infos["final_info"]`` with
 ``"episode"`` metrics (``success_once``, ``fail_once``, ``return``, ``episode_len``, ``reward``,
 and with ``ignore_terminations`` also ``success_at_end``/``fail_at_end``), and the ``_final_info``
-mask. Replace that construction with ``fastenv.integrations.maniskill.make_vec(...)``: the envs
-then run in fastenv's vector env (N CPU envs in worker processes where ManiSkill's own CPU
-simulation holds one, or the batched GPU env in place) and the script sees ManiSkill's conventions.
+mask. This module has the same three steps under the same names: ``make`` (for ``gym.make``),
+``RecordEpisode`` and ``ManiSkillVectorEnv``. Import them from here and change ``gym.make`` to
+``make``: the envs then run in fastenv's vector env (N CPU envs in worker processes where
+ManiSkill's own CPU simulation holds one, or the batched GPU env in place), the script sees
+ManiSkill's conventions, and the recordings are ManiSkill's files. ``make_vec`` does all of
+``make`` and ``ManiSkillVectorEnv`` in one call.
 
 Importing this module needs ``pip install "fastenv-rl[maniskill]"``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +27,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._deps import require
+from fastenv.backends.maniskill import _VECTOR_OPTIONS
 from fastenv.core.arrays import put_rows, tree_map
 
 torch = require("torch", "maniskill", "PyTorch")
@@ -85,6 +91,7 @@ class ManiSkillConventions(VectorEnv):
     ) -> None:
         self.env = env
         self.num_envs = env.num_envs
+        self._batched = hasattr(env.unwrapped, "sim")  # fastenv's batched ManiSkill env (GPU), not CPU workers
         self.record_metrics, self.ignore_terminations = bool(record_metrics), bool(ignore_terminations)
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self._env = _Limit(max_episode_steps)
@@ -154,7 +161,7 @@ class ManiSkillConventions(VectorEnv):
         seed + i. In a partial reset each env's episode follows from its own seed.
         """
         options = dict(options or {})
-        if hasattr(self.env, "sim") and isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        if self._batched and isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             seed = _maniskill_seeds(int(seed), self.num_envs)
         rows: Any = slice(None)
         if "env_idx" in options:  # ManiSkill's partial reset option
@@ -166,7 +173,7 @@ class ManiSkillConventions(VectorEnv):
         return self._obs(obs), self._info(infos)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
-        if hasattr(actions, "detach") and not hasattr(self.env, "sim"):  # CPU workers take numpy
+        if hasattr(actions, "detach") and not self._batched:  # CPU workers take numpy
             actions = _numpy(actions)
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
         done_np = _numpy(terminations) | _numpy(truncations)
@@ -218,6 +225,116 @@ class ManiSkillConventions(VectorEnv):
         self.env.close()
 
 
+def _set_in_worker(env: gym.Env, name: str, value: Any) -> None:
+    adapter = env.get_wrapper_attr("adapter")
+    if name == "capture":
+        adapter.set_capture(value)
+    else:
+        adapter.ignore_terminations = bool(value)
+
+
+def configure(env: VectorEnv, **settings: Any) -> None:
+    """Set what ManiSkill's wrappers decide after ``gym.make`` on every env of a fastenv ManiSkill vector env.
+
+    ``ignore_terminations`` (``ManiSkillVectorEnv``'s option) and ``capture`` (what
+    ``RecordEpisode`` needs in the infos: "render", "state"); before the first reset.
+    """
+    raw = env.unwrapped
+    for name, value in settings.items():
+        if name not in ("ignore_terminations", "capture"):
+            raise TypeError(f"configure() takes ignore_terminations and capture, got {name!r}")
+        if hasattr(raw, "sim"):  # the batched env, in this process
+            if name == "capture":
+                raw.sim.set_capture(value)
+            else:
+                raw.sim.ignore_terminations = bool(value)
+        elif hasattr(raw, "apply"):  # CPU envs in fastenv's workers
+            raw.apply(_set_in_worker, name, value)
+        else:
+            raise TypeError(f"expected a fastenv ManiSkill vector env (from fastenv.integrations.maniskill.make), got {type(raw).__name__}")
+
+
+_warned_cuda = False
+
+
+def make(env_id: str, num_envs: int = 1, **options: Any) -> VectorEnv:
+    """Where a ManiSkill script calls ``gym.make(env_id, num_envs=N, ...)``: the same envs, run by fastenv.
+
+    ``options`` are ManiSkill's env arguments (``control_mode``, ``render_mode``,
+    ``reconfiguration_freq``, ``sim_backend``, ...) and fastenv's vector options (``num_workers``,
+    ...). One action per step, as ManiSkill's scripts send; every key the obs mode gives. With
+    ``sim_backend="physx_cuda"`` (ManiSkill's scripts ask for it) and no CUDA the envs run on
+    fastenv's CPU workers, and a warning says so once. Wrap the result in this module's
+    ``RecordEpisode`` and ``ManiSkillVectorEnv``, as the script does with ManiSkill's.
+
+    Example:
+        >>> envs = ManiSkillVectorEnv(make("PickCube-v1", num_envs=8, num_workers=2), 8, record_metrics=True)
+    """
+    global _warned_cuda
+    from fastenv.backends.maniskill import _maniskill
+
+    asked = dict(options)
+    if "cuda" in str(options.get("sim_backend", "")) and not torch.cuda.is_available():
+        if not _warned_cuda:
+            warnings.warn(
+                f"sim_backend={options['sim_backend']!r} asks for CUDA, which this machine does not have: "
+                "the envs run on ManiSkill's CPU simulation instead, in fastenv's worker processes",
+                UserWarning,
+                stacklevel=2,
+            )
+            _warned_cuda = True
+        del options["sim_backend"]
+    options.setdefault("obs_mode", "state")
+    envs = gym.make_vec("fastenv/ManiSkill-v0", num_envs=num_envs, env_id=env_id, chunk=None, modalities=None, **options)
+    # what ManiSkill's gym.make would have been given (RecordEpisode's env_info): its env arguments
+    env_kwargs = {k: v for k, v in asked.items() if k not in _VECTOR_OPTIONS and k != "max_episode_steps"}
+    if not hasattr(envs.unwrapped, "sim"):
+        env_kwargs["sim_backend"] = "physx_cpu"
+    envs.maniskill_spec = {
+        "env_id": env_id,
+        "env_kwargs": {"num_envs": num_envs, **env_kwargs},
+        "max_episode_steps": options.get("max_episode_steps") or _maniskill()[env_id].max_episode_steps,
+    }
+    return envs
+
+
+class ManiSkillVectorEnv(ManiSkillConventions):
+    """ManiSkill's ``ManiSkillVectorEnv(env, num_envs, auto_reset, ignore_terminations, record_metrics)``
+    over an env from ``make`` (wrapped in ``RecordEpisode`` or not).
+
+    Example:
+        >>> envs = ManiSkillVectorEnv(make("PickCube-v1", num_envs=8), 8, ignore_terminations=True, record_metrics=True)
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        num_envs: int | None = None,
+        auto_reset: bool = True,
+        ignore_terminations: bool = False,
+        record_metrics: bool = False,
+        device: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(env, str):  # ManiSkill builds the env itself when given its id
+            env = make(env, num_envs=1 if num_envs is None else num_envs, **kwargs)
+        elif kwargs:
+            raise TypeError(f"env arguments {sorted(kwargs)} go with an env id, not with an env")
+        if not isinstance(env, VectorEnv):
+            raise TypeError(
+                f"expected an env from fastenv.integrations.maniskill.make(...), got {type(env).__name__}: "
+                "replace gym.make(env_id, num_envs=N, ...) with make(env_id, num_envs=N, ...)"
+            )
+        if not auto_reset:
+            raise ValueError("fastenv's vector envs always reset ended episodes in the same step (auto_reset=True)")
+        configure(env, ignore_terminations=ignore_terminations)
+        spec = getattr(env.unwrapped, "maniskill_spec", {})
+        super().__init__(
+            env, record_metrics=record_metrics, ignore_terminations=ignore_terminations, device=device,
+            max_episode_steps=spec.get("max_episode_steps", getattr(env.unwrapped, "max_episode_steps", None)),
+        )
+
+
 def make_vec(
     env_id: str,
     num_envs: int,
@@ -227,29 +344,19 @@ def make_vec(
     record_metrics: bool = False,
     device: Any = None,
     **options: Any,
-) -> ManiSkillConventions:
+) -> ManiSkillVectorEnv:
     """What ``ManiSkillVectorEnv(gym.make(env_id, num_envs=N, obs_mode=...), N, ignore_terminations=...,
-    record_metrics=...)`` builds, run by fastenv (one action per step, as ManiSkill's scripts send).
+    record_metrics=...)`` builds, run by fastenv: ``ManiSkillVectorEnv(make(...), ...)`` in one call.
 
-    ``options`` go to ``gym.make_vec("fastenv/ManiSkill-v0", ...)`` (ManiSkill's env arguments,
-    ``num_workers``, ...). A ``sim_backend="physx_cuda"`` (ManiSkill's scripts ask for it) runs on
-    fastenv's CPU workers on a machine without CUDA.
+    ``options`` go to ``make`` (ManiSkill's env arguments, ``num_workers``, ...).
 
     Example:
         >>> envs = make_vec("PickCube-v1", 8, ignore_terminations=True, record_metrics=True, num_workers=2)
     """
-    from fastenv.backends.maniskill import _maniskill
-
-    if "cuda" in str(options.get("sim_backend", "")) and not torch.cuda.is_available():
-        del options["sim_backend"]  # ManiSkill's scripts ask for the GPU: without one, CPU workers do
-    envs = gym.make_vec(
-        "fastenv/ManiSkill-v0", num_envs=num_envs, env_id=env_id, chunk=None, modalities=None, obs_mode=obs_mode,
-        ignore_terminations=ignore_terminations, **options,
-    )
-    limit = options.get("max_episode_steps") or _maniskill()[env_id].max_episode_steps
-    return ManiSkillConventions(
-        envs, record_metrics=record_metrics, ignore_terminations=ignore_terminations, device=device, max_episode_steps=limit
-    )
+    envs = make(env_id, num_envs, obs_mode=obs_mode, **options)
+    return ManiSkillVectorEnv(envs, num_envs, ignore_terminations=ignore_terminations, record_metrics=record_metrics, device=device)
 
 
-__all__ = ["ManiSkillConventions", "make_vec"]
+from fastenv.integrations._maniskill_record import RecordEpisode  # noqa: E402  (it builds on the above)
+
+__all__ = ["ManiSkillConventions", "ManiSkillVectorEnv", "RecordEpisode", "configure", "make", "make_vec"]

@@ -19,6 +19,19 @@ from fastenv.backends.maniskill.observations import (
 from fastenv.backends.maniskill.task import _close_viewer
 
 
+CAPTURES = frozenset({"render", "state"})
+
+
+def check_capture(capture: Sequence[str], base: Any) -> frozenset[str]:
+    """What a recorder may ask the envs to add to their infos, checked against the env."""
+    unknown = set(capture) - CAPTURES
+    if unknown:
+        raise ValueError(f"capture takes {sorted(CAPTURES)}, got {sorted(unknown)}")
+    if "render" in capture and base.render_mode != "rgb_array":
+        raise ValueError("recording frames needs the env built with render_mode='rgb_array'")
+    return frozenset(capture)
+
+
 def _row(value: Any) -> Any:
     """Row 0 of a batched ManiSkill value, as numpy (0-d values as Python scalars)."""
     if isinstance(value, Mapping):
@@ -81,6 +94,25 @@ class ManiSkillAdapter:
         self.action_space = base.single_action_space
         self._spaces: dict[str, spaces.Box] = {}
         self.select_keys(keys)
+        self.capture: frozenset[str] = frozenset()  # what infos also carry for a recorder (set_capture)
+
+    def set_capture(self, capture: Sequence[str]) -> None:
+        """Add to every info what ManiSkill's ``RecordEpisode`` reads from the env itself.
+
+        "render": the frame after each step (before any autoreset); "state": ``get_state_dict()``
+        after each step and reset (``env_state``), and the episode's seed on reset
+        (``episode_seed``). Nothing is added (and nothing rendered) when ``capture`` is empty.
+        """
+        self.capture = check_capture(capture, self.base)
+
+    def _captured(self, info: dict[str, Any], *, reset: bool) -> dict[str, Any]:
+        if "render" in self.capture and not reset:
+            info["render"] = _row(self.base.render())
+        if "state" in self.capture:
+            info["env_state"] = _row(self.base.get_state_dict())
+            if reset:
+                info["episode_seed"] = int(np.asarray(self.base._episode_seed).reshape(-1)[0])
+        return info
 
     # -- keys and rendering ----------------------------------------------------------------------
     def available_keys(self) -> tuple[str, ...]:
@@ -107,7 +139,8 @@ class ManiSkillAdapter:
     def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
         raw, info = self.base.reset(seed=seed, options=None if options is None else dict(options))
         self._info = self.base.get_info()
-        return self._observation(raw), _row(info)
+        info = _row(info)
+        return self._observation(raw), self._captured(info, reset=True) if self.capture else info
 
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
         # BaseEnv.step without get_obs: controller and physics, evaluation, reward.
@@ -118,7 +151,8 @@ class ManiSkillAdapter:
         reward = base.get_reward(obs=None, action=applied, info=info)
         self._info = info
         terminated = not self.ignore_terminations and bool(_terminated(info, 1, base.device)[0])
-        return float(_row(reward)), terminated, False, _row(info)
+        info = _row(info)
+        return float(_row(reward)), terminated, False, self._captured(info, reset=False) if self.capture else info
 
     def observe(self) -> ObsType:
         return self._observation(self.base.get_obs(self._info))
@@ -127,7 +161,8 @@ class ManiSkillAdapter:
         raw, reward, terminated, _, info = self.base.step(_action(action))
         self._info = info
         terminated = not self.ignore_terminations and bool(_row(terminated))
-        return self._observation(raw), float(_row(reward)), terminated, False, _row(info)
+        info = _row(info)
+        return self._observation(raw), float(_row(reward)), terminated, False, self._captured(info, reset=False) if self.capture else info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":

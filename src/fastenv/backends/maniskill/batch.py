@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from fastenv.backends.maniskill.adapter import check_capture
 from fastenv.backends.maniskill.observations import _box_for, _terminated, extract
 
 
@@ -155,6 +156,23 @@ class ManiSkillBatch:
         self._held = _HeldTargets(base)
         self.full_obs = extract(base.get_obs(self._info), self.keys, self.cameras)
         self.single_observation_space = spaces.Dict({k: _box_for(v) for k, v in self.full_obs.items()})
+        self.capture: frozenset[str] = frozenset()  # what infos also carry for a recorder (set_capture)
+
+    def set_capture(self, capture: Sequence[str]) -> None:
+        """As ``ManiSkillAdapter.set_capture``: frames ("render") and states ("state") in the infos, per row."""
+        self.capture = check_capture(capture, self.base)
+
+    def _captured(self, info: dict[str, Any], rows: Any, *, reset: bool) -> dict[str, Any]:
+        from fastenv.core.arrays import tree_map
+
+        base = self.base
+        if "render" in self.capture and not reset:
+            info["render"] = self.torch.as_tensor(base.render(), device=self.device)[rows]
+        if "state" in self.capture:
+            info["env_state"] = tree_map(lambda v: self.torch.as_tensor(v, device=self.device)[rows], base.get_state_dict())
+            if reset:
+                info["episode_seed"] = self.torch.as_tensor(np.asarray(base._episode_seed, dtype=np.int64), device=self.device)[rows]
+        return info
 
     def _rows_of(self, info: Mapping[str, Any], rows: Any) -> dict[str, Any]:
         """The per-env entries of a ManiSkill info, for ``rows``."""
@@ -200,7 +218,8 @@ class ManiSkillBatch:
         self._env_steps[rows] = 0
         self._info = self.base.get_info()
         self.full_obs = extract(raw, self.keys, self.cameras)
-        return {k: v[rows] for k, v in self.full_obs.items()}, self._rows_of(info, rows)
+        info = self._rows_of(info, rows)
+        return {k: v[rows] for k, v in self.full_obs.items()}, self._captured(info, rows, reset=True) if self.capture else info
 
     def _reset_each(self, calls: list[tuple[list[int], int | None]], options: dict[str, Any]) -> tuple[Any, Any]:
         base, torch = self.base, self.torch
@@ -258,7 +277,8 @@ class ManiSkillBatch:
         truncated = torch.zeros_like(terminated)
         if self.max_episode_steps is not None:  # whatever terminated says, as ManiSkill's TimeLimitWrapper
             truncated = self._env_steps[rows] >= self.max_episode_steps
-        return reward[rows], terminated, truncated, self._rows_of(info, rows)
+        info = self._rows_of(info, rows)
+        return reward[rows], terminated, truncated, self._captured(info, rows, reset=False) if self.capture else info
 
     def step(self, rows: Any, actions: Any) -> tuple[Any, Any, Any, Any, Any]:
         reward, terminated, truncated, info = self.substep(rows, actions)

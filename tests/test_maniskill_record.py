@@ -1,0 +1,282 @@
+"""ManiSkill's RecordEpisode through fastenv: the same video and trajectory files as ManiSkill's own.
+
+The reference is ManiSkill's ``RecordEpisode`` under ManiSkill's ``ManiSkillVectorEnv``, as its PPO
+script stacks them: on the CPU with the real simulator (one env: ManiSkill's CPU simulation holds
+one), and on the batched path over the stand-in (``tests/fake_maniskill.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="ManiSkill's conventions are torch tensors")
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_maniskill import FakeManiSkillEnv  # noqa: E402
+
+from fastenv.backends.maniskill import ManiSkillVectorEnv as BatchedEnv  # noqa: E402
+
+
+def h5_tree(path: Path) -> dict:
+    """Every dataset of an h5 file: name -> (dtype, array)."""
+    import h5py
+
+    out: dict = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: out.__setitem__(name, (item.dtype, item[()])) if isinstance(item, h5py.Dataset) else None)
+    return out
+
+
+def assert_same_h5(ours: Path, ref: Path) -> int:
+    got, want = h5_tree(ours), h5_tree(ref)
+    assert sorted(got) == sorted(want)
+    for name, (dtype, value) in want.items():
+        assert got[name][0] == dtype and np.array_equal(got[name][1], value), name
+    return len([name for name in want if name.count("/") == 1 and name.endswith("/actions")])
+
+
+def stock_record():
+    pytest.importorskip("mani_skill.utils.wrappers.record", reason="ManiSkill's own RecordEpisode is the reference")
+    from mani_skill.utils.registration import TimeLimitWrapper
+    from mani_skill.utils.wrappers.record import RecordEpisode
+    from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
+
+    return RecordEpisode, ManiSkillVectorEnv, TimeLimitWrapper
+
+
+def drive(envs, steps: int, n: int, action_dim: int, seed) -> None:
+    envs.reset(seed=seed)
+    rng = np.random.default_rng(4)
+    for _ in range(steps):
+        action = torch.as_tensor(rng.uniform(-1, 1, (n, action_dim)), dtype=torch.float32)
+        if action_dim == 3:
+            action[:, 0] = torch.as_tensor(rng.uniform(0.2, 1.0, n), dtype=torch.float32)  # some reach the goal
+        envs.step(action)
+    envs.close()
+
+
+RECORD = dict(save_trajectory=True, trajectory_name="trajectory", video_fps=30)
+
+
+@pytest.mark.parametrize("ignore_terminations", [True, False])
+def test_batched_recording_writes_maniskills_files(tmp_path, ignore_terminations):
+    # 4 envs in one world, partial resets (success ends an episode unless ignored), videos cut every
+    # 5 steps, trajectories with states: byte for byte the files of ManiSkill's own wrappers.
+    from fastenv.integrations import maniskill as ms
+
+    Record, StockVector, TimeLimitWrapper = stock_record()
+    limit, n = 6, 4
+    make = lambda: FakeManiSkillEnv(num_envs=n, obs_mode="state", max_goal=8, render_mode="rgb_array", enhanced_determinism=True)  # noqa: E731
+    stock = StockVector(
+        Record(TimeLimitWrapper(make(), limit), str(tmp_path / "stock"), max_steps_per_video=5, **RECORD),
+        ignore_terminations=ignore_terminations, record_metrics=True,
+    )
+    ours = ms.ManiSkillVectorEnv(
+        ms.RecordEpisode(BatchedEnv(make(), max_episode_steps=limit, render_mode="rgb_array"), str(tmp_path / "ours"), max_steps_per_video=5, **RECORD),
+        ignore_terminations=ignore_terminations, record_metrics=True, device="cpu",
+    )
+    drive(stock, 23, n, 3, [5, 6, 7, 8])
+    drive(ours, 23, n, 3, [5, 6, 7, 8])
+    names = sorted(p.name for p in (tmp_path / "stock").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "ours").iterdir())
+    assert [f"{i}.mp4" for i in range(5)] == sorted(n for n in names if n.endswith(".mp4"))
+    for name in names:
+        if name.endswith(".mp4"):
+            assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "stock" / name).read_bytes(), name
+    episodes = assert_same_h5(tmp_path / "ours" / "trajectory.h5", tmp_path / "stock" / "trajectory.h5")
+    assert episodes >= 12  # the ended episodes and, at close, the unfinished ones
+    got, want = (json.loads((tmp_path / who / "trajectory.json").read_text()) for who in ("ours", "stock"))
+    assert got == want
+
+
+def test_recording_renders_only_while_a_video_is_saved(tmp_path):
+    # save_video_trigger: frames are taken (and the envs render for the recorder) only on the
+    # triggered steps; the files still equal ManiSkill's.
+    from fastenv.integrations import maniskill as ms
+
+    Record, StockVector, TimeLimitWrapper = stock_record()
+    trigger = lambda step: (step // 4) % 3 == 0  # noqa: E731
+    envs, fakes = {}, {}
+    for who in ("stock", "ours"):
+        env = FakeManiSkillEnv(num_envs=2, obs_mode="state", render_mode="rgb_array", enhanced_determinism=True)
+        options = dict(save_trajectory=False, save_video_trigger=trigger, max_steps_per_video=4, video_fps=30)
+        if who == "stock":
+            envs[who] = StockVector(Record(TimeLimitWrapper(env, 5), str(tmp_path / who), **options), ignore_terminations=True)
+        else:
+            envs[who] = ms.ManiSkillVectorEnv(ms.RecordEpisode(BatchedEnv(env, max_episode_steps=5, render_mode="rgb_array"), str(tmp_path / who), **options), ignore_terminations=True, device="cpu")
+        fakes[who] = env
+    calls = []
+    original = fakes["ours"].render
+    fakes["ours"].render = lambda: calls.append(1) or original()
+    for who, e in envs.items():
+        drive(e, 24, 2, 3, 3)
+    stock_videos = sorted((tmp_path / "stock").glob("*.mp4"))
+    assert len(stock_videos) == 2
+    for path in stock_videos:
+        assert (tmp_path / "ours" / path.name).read_bytes() == path.read_bytes()
+    assert len(calls) == 2 * (4 + 1)  # two videos of 4 steps and a first frame each
+
+
+def test_record_episode_says_what_it_needs():
+    from fastenv.integrations import maniskill as ms
+
+    import gymnasium as gym
+
+    with pytest.raises(TypeError, match=r"fastenv.integrations.maniskill.make"):
+        ms.RecordEpisode(gym.make("CartPole-v1"), "out")
+    quiet = BatchedEnv(FakeManiSkillEnv(num_envs=2, obs_mode="state"), max_episode_steps=5)
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+        ms.RecordEpisode(quiet, "out", save_trajectory=False, max_steps_per_video=5)
+    loud = BatchedEnv(FakeManiSkillEnv(num_envs=2, obs_mode="state", render_mode="rgb_array"), max_episode_steps=5, render_mode="rgb_array")
+    with pytest.raises(ValueError, match="max_steps_per_video"):
+        ms.RecordEpisode(loud, "out", save_trajectory=False)
+    with pytest.raises(ValueError, match=r"capture takes \['render', 'state'\], got \['depth'\]"):
+        loud.sim.set_capture(["depth"])
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+        quiet.sim.set_capture(["render"])
+    with pytest.raises(ValueError, match="render_substeps"):
+        ms.RecordEpisode(loud, "out", save_trajectory=False, max_steps_per_video=5, render_substeps=True)
+    with pytest.raises(TypeError, match=r"replace gym.make"):
+        ms.ManiSkillVectorEnv(gym.make("CartPole-v1"), 1)
+    with pytest.raises(ValueError, match="auto_reset"):
+        ms.ManiSkillVectorEnv(loud, 2, auto_reset=False)
+
+
+# -- the real simulator (ManiSkill's CPU simulation) ----------------------------------------------------
+CPU_KWARGS = dict(obs_mode="state", render_mode="rgb_array", max_episode_steps=10, enhanced_determinism=True)
+
+
+def stock_cpu(out: Path, video_steps: int):
+    import gymnasium as gym
+
+    Record, StockVector, _ = stock_record()
+    import mani_skill.envs  # noqa: F401
+
+    env = gym.make("PushCube-v1", num_envs=1, sim_backend="physx_cpu", **CPU_KWARGS)
+    env = Record(env, str(out), max_steps_per_video=video_steps, **RECORD)
+    return StockVector(env, 1, ignore_terminations=True, record_metrics=True)
+
+
+@pytest.mark.maniskill
+def test_cpu_recording_writes_maniskills_files(tmp_path, monkeypatch):
+    # ManiSkill's PPO script on the CPU: its default sim_backend asks for CUDA (replaced, said once),
+    # RecordEpisode records the eval envs. One env (all ManiSkill's CPU simulation holds): byte for
+    # byte ManiSkill's files. Two envs: each env's episodes are those of ManiSkill's env with its seed,
+    # and each video frame is ManiSkill's frames of the two, tiled.
+    from fastenv.backends.maniskill import configure_vulkan
+
+    configure_vulkan()
+    from mani_skill.utils.visualization import misc
+    from mani_skill.utils.wrappers import record as stock_module
+
+    from fastenv.integrations import maniskill as ms
+
+    frames: dict[str, list] = {}
+
+    def keep(who):
+        original = misc.images_to_video
+
+        def images_to_video(images, output_dir, video_name, **kwargs):
+            frames.setdefault(who, []).append([np.array(im) for im in images])
+            return original(images, output_dir, video_name, **kwargs)
+
+        return images_to_video
+
+    monkeypatch.setattr(stock_module, "images_to_video", keep("stock"))
+    drive(stock_cpu(tmp_path / "stock", 7), 25, 1, 8, 3)
+    monkeypatch.setattr(misc, "images_to_video", keep("ours1"))
+    monkeypatch.setattr(ms, "_warned_cuda", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = ms.ManiSkillVectorEnv(
+            ms.RecordEpisode(ms.make("PushCube-v1", num_envs=1, sim_backend="physx_cuda", **CPU_KWARGS), str(tmp_path / "ours"), max_steps_per_video=7, **RECORD),
+            1, ignore_terminations=True, record_metrics=True,
+        )
+        ms.make("PushCube-v1", num_envs=1, sim_backend="physx_cuda", **CPU_KWARGS).close()  # no second warning
+    if not torch.cuda.is_available():
+        said = [w for w in caught if "asks for CUDA" in str(w.message)]
+        assert len(said) == 1 and "CPU simulation" in str(said[0].message)
+    drive(ours, 25, 1, 8, 3)
+    names = sorted(p.name for p in (tmp_path / "stock").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "ours").iterdir()) and "4.mp4" in names  # 3 episodes cut at 7 steps
+    for name in names:  # videos, trajectory.h5 and trajectory.json
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "stock" / name).read_bytes(), name
+
+    # two envs in fastenv's workers: env i has seed 3 + i, as ManiSkill's env reset with that seed
+    # (videos of one 10-step episode each, so the single env's and the pair's cut alike)
+    monkeypatch.setattr(stock_module, "images_to_video", keep("seed3"))
+    drive(stock_cpu(tmp_path / "seed3", 10), 25, 1, 8, 3)
+    monkeypatch.setattr(stock_module, "images_to_video", keep("seed4"))
+    drive(stock_cpu(tmp_path / "seed4", 10), 25, 1, 8, 4)
+    monkeypatch.setattr(misc, "images_to_video", keep("ours2"))
+    two = ms.ManiSkillVectorEnv(
+        ms.RecordEpisode(ms.make("PushCube-v1", num_envs=2, num_workers=2, **CPU_KWARGS), str(tmp_path / "two"), max_steps_per_video=10, **RECORD),
+        2, ignore_terminations=True, record_metrics=True,
+    )
+    rng = np.random.default_rng(4)
+    two.reset(seed=3)
+    for _ in range(25):  # each env gets the actions the single-env runs got
+        a = rng.uniform(-1, 1, (1, 8))
+        two.step(torch.as_tensor(np.concatenate([a, a]), dtype=torch.float32))
+    two.close()
+    tiled = [[misc.tile_images(np.stack([a, b]), nrows=1) for a, b in zip(va, vb)] for va, vb in zip(frames["seed3"], frames["seed4"])]
+    assert len(frames["ours2"]) == len(tiled) == 3  # two whole episodes, and the third's first 5 steps at close
+    for video, want in zip(frames["ours2"], tiled):
+        assert len(video) == len(want) and all(np.array_equal(a, b) for a, b in zip(video, want))
+    got = h5_tree(tmp_path / "two" / "trajectory.h5")
+    episodes = json.loads((tmp_path / "two" / "trajectory.json").read_text())["episodes"]
+    assert len(episodes) == 6  # three per env
+    singles = {seed: (h5_tree(tmp_path / d / "trajectory.h5"), json.loads((tmp_path / d / "trajectory.json").read_text())["episodes"]) for seed, d in ((3, "seed3"), (4, "seed4"))}
+    for episode in episodes:
+        owner = [s for s, (_, eps) in singles.items() if any(e["episode_seed"] == episode["episode_seed"] for e in eps)]
+        assert len(owner) == 1
+        tree, eps = singles[owner[0]]
+        match = next(e for e in eps if e["episode_seed"] == episode["episode_seed"])
+        prefix, ref = f"traj_{episode['episode_id']}/", f"traj_{match['episode_id']}/"
+        names = sorted(k[len(ref):] for k in tree if k.startswith(ref))
+        assert names == sorted(k[len(prefix):] for k in got if k.startswith(prefix))
+        for name in names:
+            assert np.array_equal(got[prefix + name][1], tree[ref + name][1]), name
+
+
+def test_the_scripts_construction_on_the_batched_path_writes_maniskills_files(tmp_path, monkeypatch):
+    # ppo.py's own steps with CUDA at hand: make(..., sim_backend="physx_cuda") builds the batched env
+    # (here the stand-in in place of ManiSkill's GPU world), then RecordEpisode and
+    # ManiSkillVectorEnv; the files are those of gym.make + ManiSkill's two wrappers, env_info included.
+    import gymnasium as gym
+
+    import fastenv.backends.maniskill as backend
+    from fastenv.integrations import maniskill as ms
+
+    Record, StockVector, TimeLimitWrapper = stock_record()
+    asked = dict(obs_mode="state", render_mode="rgb_array", sim_backend="physx_cuda")
+
+    def fake(num_envs, render_mode=None, **_):
+        env = FakeManiSkillEnv(num_envs=num_envs, obs_mode="state", max_goal=8, render_mode=render_mode, enhanced_determinism=True)
+        env.spec = gym.envs.registration.EnvSpec("Fake-v1", kwargs={"num_envs": num_envs, **asked})  # what gym.make records
+        return env
+
+    monkeypatch.setattr(backend, "uses_gpu", lambda num_envs, sim_backend: True)
+    monkeypatch.setattr(backend, "build", lambda env_id, num_envs, **kwargs: fake(num_envs, **kwargs))
+    monkeypatch.setattr(backend, "_maniskill", lambda: {"Fake-v1": gym.envs.registration.EnvSpec("Fake-v1", max_episode_steps=6)})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    options = dict(trajectory_name="trajectory", max_steps_per_video=6, video_fps=30)
+    stock = StockVector(Record(TimeLimitWrapper(fake(4, render_mode="rgb_array"), 6), str(tmp_path / "stock"), **options), 4,
+                        ignore_terminations=False, record_metrics=True)
+    envs = ms.make("Fake-v1", num_envs=4, **asked)
+    assert isinstance(envs, BatchedEnv)
+    ours = ms.ManiSkillVectorEnv(ms.RecordEpisode(envs, str(tmp_path / "ours"), **options), 4, ignore_terminations=False, record_metrics=True, device="cpu")
+    drive(stock, 20, 4, 3, 9)
+    drive(ours, 20, 4, 3, 9)
+    names = sorted(p.name for p in (tmp_path / "stock").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "ours").iterdir()) and "trajectory.json" in names
+    for name in names:
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "stock" / name).read_bytes(), name
+    assert json.loads((tmp_path / "ours" / "trajectory.json").read_text())["env_info"]["env_id"] == "Fake-v1"
