@@ -96,6 +96,28 @@ def test_batched_recording_writes_maniskills_files(tmp_path, ignore_terminations
     assert got == want
 
 
+def test_info_on_video_writes_maniskills_frames(tmp_path):
+    # info_on_video: each env's step info and reward written on its frame, as ManiSkill's does.
+    from fastenv.integrations import maniskill as ms
+
+    Record, StockVector, TimeLimitWrapper = stock_record()
+    frames = {}
+    for who in ("stock", "ours"):
+        env = FakeManiSkillEnv(num_envs=2, obs_mode="state", render_mode="rgb_array", enhanced_determinism=True)
+        env.render = lambda env=env: torch.zeros(2, 64, 64, 3, dtype=torch.uint8) + (env.pos[:, 0, None, None, None] * 40).clamp(0, 255).to(torch.uint8)
+        options = dict(save_trajectory=False, info_on_video=True, max_steps_per_video=5, video_fps=30)
+        if who == "stock":
+            envs = StockVector(Record(TimeLimitWrapper(env, 5), str(tmp_path / who), **options), ignore_terminations=True)
+        else:
+            envs = ms.ManiSkillVectorEnv(ms.RecordEpisode(BatchedEnv(env, max_episode_steps=5, render_mode="rgb_array"), str(tmp_path / who), **options),
+                                         ignore_terminations=True, device="cpu")
+        drive(envs, 10, 2, 3, 3)
+        frames[who] = sorted((tmp_path / who).glob("*.mp4"))
+    assert [p.name for p in frames["ours"]] == [p.name for p in frames["stock"]] == ["0.mp4", "1.mp4"]
+    for ours, stock in zip(frames["ours"], frames["stock"]):
+        assert ours.read_bytes() == stock.read_bytes()
+
+
 def test_recording_renders_only_while_a_video_is_saved(tmp_path):
     # save_video_trigger: frames are taken (and the envs render for the recorder) only on the
     # triggered steps; the files still equal ManiSkill's.

@@ -7,10 +7,12 @@ actually gets.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -80,6 +82,26 @@ def process_memory(pid: int) -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def release_free_memory() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Building a simulator frees large transient buffers that glibc keeps in the process; after a
+    build they would count in its resident memory (and in ``fastenv tune``'s memory figures)
+    although nothing uses them.
+    """
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
 
 
 def gpu_count() -> int:

@@ -27,6 +27,7 @@ VECTOR_OPTIONS = (
     "layout",
     "tune_options",
     "progress",
+    "render_devices",
 )
 
 

@@ -24,6 +24,7 @@ from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.infos import add_info
 from fastenv.vector import profiling
 from fastenv.vector import worker as w
+from fastenv.vector.devices import worker_environments
 from fastenv.vector.dispatch import (
     _EMPTY,
     IDLE,
@@ -107,6 +108,11 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             default ``max_batch``/``timeout`` when it batches dynamically; ``self.plan`` keeps it.
             Whatever is given is resolved by the layout resolver (``set_layout_resolver``).
         tune_options: keyword arguments of ``fastenv.tune`` for ``layout="auto"``.
+        render_devices: the GPUs the workers render on: None (each inherits this process's
+            environment), "auto" (the visible GPUs: ``CUDA_VISIBLE_DEVICES``'s, else the machine's)
+            or a list of GPU ids; worker w gets ``devices[w % len(devices)]`` as its
+            ``CUDA_VISIBLE_DEVICES`` and ``MUJOCO_EGL_DEVICE_ID`` (local workers; with Ray, its
+            ``num_gpus`` assigns GPUs).
 
     Example:
         >>> envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2, pipeline_stages=2)
@@ -131,6 +137,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         layout: Any = None,
         tune_options: Mapping[str, Any] | None = None,
         progress: bool | None = None,
+        render_devices: Any = None,
     ) -> None:
         w.check_not_bootstrapping()  # a worker re-running the user's script must not build workers
         self.closed = True  # until the workers are up, close() has nothing to do
@@ -164,11 +171,16 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         if info_format not in ("gymnasium", "per_env"):
             raise ValueError(f"info_format must be 'gymnasium' or 'per_env', got {info_format!r}")
         self.info_format = info_format
+        self.worker_environments = worker_environments(render_devices, self.layout.num_workers)
         if backend == "local":
             if ray_options is not None:
                 raise ValueError("ray_options are for backend='ray'")
-            self._transport: Transport = ProcessTransport(mp.get_context(context), pipeline_stages, threads_per_worker, self.spin_wait)
+            self._transport: Transport = ProcessTransport(
+                mp.get_context(context), pipeline_stages, threads_per_worker, self.spin_wait, self.worker_environments
+            )
         elif backend == "ray":
+            if render_devices is not None:
+                raise ValueError("render_devices is for local workers; with backend='ray' give ray_options={'num_gpus': ...}")
             from fastenv.vector.ray_backend import RayTransport
 
             self._transport = RayTransport(dict(ray_options or {}), self.layout.num_workers, pipeline_stages, threads_per_worker)

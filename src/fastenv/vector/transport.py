@@ -121,8 +121,11 @@ def _remove(path: str) -> None:
 class ProcessTransport:
     """Worker processes on this machine: pipes for commands and infos, one shared-memory block."""
 
-    def __init__(self, context: Any, pipeline_stages: int, threads: int | None, spin_wait: float) -> None:
+    def __init__(
+        self, context: Any, pipeline_stages: int, threads: int | None, spin_wait: float, worker_environments: Sequence[Mapping[str, str]] = ()
+    ) -> None:
         self._ctx = context
+        self._worker_environments = list(worker_environments)  # per worker: variables it starts with (its GPU)
         self._stages = pipeline_stages
         self._threads = threads
         self._spin_wait = spin_wait
@@ -140,7 +143,8 @@ class ProcessTransport:
         )
         fd, note = tempfile.mkstemp(prefix="fastenv-worker-note-")
         os.close(fd)
-        with child_environment({**w.limit_threads(self._threads), w.MAIN_GUARD_NOTE: note}):
+        own = self._worker_environments[worker.index] if worker.index < len(self._worker_environments) else {}
+        with child_environment({**w.limit_threads(self._threads), w.MAIN_GUARD_NOTE: note, **own}):
             process.start()
         child.close()
         worker.handle = _Process(process, parent, note)

@@ -21,6 +21,8 @@ from fastenv.backends.libero.observables import (
     sensor_dependencies,
 )
 from fastenv.backends.libero.scene import OwnRandomness, PropertySamplers
+from fastenv.backends.libero.render_sharing import share_render_context, sharing
+from fastenv.machine import release_free_memory
 from fastenv.backends.libero.task import (
     DEFAULT_MAX_EPISODE_STEPS,
     DEFAULT_MODALITIES,
@@ -185,7 +187,15 @@ class LiberoAdapter:
             self._env.close()
         cams = list(config.cameras)
         height, width = self.camera_size
-        self._env = lib.ControlEnv(
+        with sharing():  # one render context per worker for envs with the same assets
+            self._env = self._control_env(lib, cams, height, width, config)
+        self._built = config
+        self._model_cameras = tuple(self._raw.sim.model.camera_names)
+        self._adopt_built_env()
+        release_free_memory()  # what building freed goes back to the system, not into the worker's resident memory
+
+    def _control_env(self, lib: Any, cams: list[str], height: int, width: int, config: RenderConfig) -> Any:
+        return lib.ControlEnv(
             bddl_file_name=self.task.bddl_file,
             camera_names=cams,
             camera_heights=height,
@@ -199,9 +209,6 @@ class LiberoAdapter:
             ignore_done=True,
             hard_reset=self.hard_reset,
         )
-        self._built = config
-        self._model_cameras = tuple(self._raw.sim.model.camera_names)
-        self._adopt_built_env()
 
     def _adopt_built_env(self) -> None:
         raw = self._raw
@@ -220,6 +227,7 @@ class LiberoAdapter:
         self._modality = {name: o.modality for name, o in observables.items()}
         # robosuite's own count of physics steps per env step (truncated, not rounded).
         self._n_substeps = int(raw.control_timestep / raw.model_timestep)
+        share_render_context(raw)  # an adopted env's own render context: shared as fastenv's are
         _make_gl_current(raw)
         with _renders_skipped(raw.sim):
             self._deps = sensor_dependencies(raw)
@@ -356,7 +364,10 @@ class LiberoAdapter:
         self._samplers.before_reset(raw)
         while True:  # LIBERO's reset: try again while a placement fails
             try:
-                if raw.hard_reset or observed:
+                if raw.hard_reset:
+                    with sharing():  # a new MuJoCo model and render context
+                        raw_obs = raw.reset()
+                elif observed:
                     raw_obs = raw.reset()
                 else:
                     with _renders_skipped(raw.sim):

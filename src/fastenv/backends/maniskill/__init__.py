@@ -103,7 +103,7 @@ def make_cpu_env(
     return wrap(sim, chunk=chunk, gamma=gamma, render_mode=render_mode, episode_statistics=episode_statistics)
 
 
-_VECTOR_OPTIONS = ("num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "backend", "ray_options", "layout", "tune_options")
+_VECTOR_OPTIONS = ("num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "backend", "ray_options", "layout", "tune_options", "render_devices")
 
 
 def make_vec(
