@@ -51,9 +51,109 @@ def test_the_fast_control_loop_is_robosuites_loop_bit_for_bit_over_a_long_rollou
                 a, b = getattr(fast._raw.sim.data, name), getattr(stock._raw.sim.data, name)
                 assert np.array_equal(a, b), f"{name} differs after {k + 1} steps"
         assert np.array_equal(fast.observe()["robot0_proprio-state"], stock.observe()["robot0_proprio-state"])
+        assert fast._control_loop()._checked is True  # physics steps 2..n ran compiled
+        assert_same_robot_state(fast._raw, stock._raw)
     finally:
         fast.close()
         stock.close()
+
+
+def assert_same_robot_state(a, b):
+    # What robosuite's loop leaves on the controller, the robot and the gripper after a step.
+    ca, cb = a.robots[0].controller, b.robots[0].controller
+    for name in ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full", "mass_matrix", "torques"):
+        x, y = np.asarray(getattr(ca, name)), np.asarray(getattr(cb, name))
+        assert x.shape == y.shape and x.tobytes(order="A") == y.tobytes(order="A") and x.flags.f_contiguous == y.flags.f_contiguous, name
+    assert ca.new_update == cb.new_update
+    assert np.array_equal(a.robots[0].torques, b.robots[0].torques)
+    assert np.array_equal(a.robots[0].gripper.current_action, b.robots[0].gripper.current_action)
+
+
+def _rollout_pair(suite, task_id, steps, seed=3):
+    from fastenv.backends.libero import LiberoAdapter, LiberoTask
+
+    task = LiberoTask.load(suite, task_id)
+    compiled, python = (LiberoAdapter(task, keys=["robot0_proprio-state"], camera_size=SMALL) for _ in range(2))
+    rng = np.random.default_rng(seed)
+    actions = rng.uniform(-1, 1, (steps, 7)).astype(np.float32)
+    actions[:, 2] -= 0.5  # down into the table and the objects: contacts
+    actions[:, -1] = np.sign(np.sin(np.arange(steps) / 5.0))
+    for adapter in (compiled, python):
+        adapter.reset(seed=seed, options={"init_state_id": 2}, rng=np.random.default_rng(seed))
+    python._control_loop().compiled = False
+    return compiled, python, actions
+
+
+@pytest.mark.parametrize("suite,task_id", [("libero_spatial", 3), ("libero_object", 5), ("libero_goal", 7), ("libero_90", 35)])
+def test_the_compiled_physics_steps_are_the_python_loops_on_every_suite(suite, task_id):
+    # fastenv's physics steps after an env step's first run in one numba function (MuJoCo's and
+    # numpy's BLAS functions called directly, robosuite's own numba controller functions): every
+    # state, reward and what the controller is left with equal the Python loop's (itself
+    # robosuite's bit for bit, see the long rollout above), and the compiled path did run.
+    compiled, python, actions = _rollout_pair(suite, task_id, 40)
+    try:
+        for k, action in enumerate(actions):
+            assert compiled.substep(action) == python.substep(action), f"reward/flags differ at step {k}"
+            for name in ("qpos", "qvel", "qacc_warmstart", "ctrl"):
+                a, b = getattr(compiled._raw.sim.data, name), getattr(python._raw.sim.data, name)
+                assert np.array_equal(a, b), f"{name} differs after {k + 1} steps"
+        assert compiled._control_loop()._checked is True and python._control_loop()._checked is None
+        assert_same_robot_state(compiled._raw, python._raw)
+        assert np.array_equal(compiled.observe()["robot0_proprio-state"], python.observe()["robot0_proprio-state"])
+    finally:
+        compiled.close()
+        python.close()
+
+
+def test_a_compiled_loop_that_disagrees_falls_back_to_the_python_loop(monkeypatch):
+    # Before an env runs compiled, its controller is evaluated both ways at the live state; a
+    # difference in the last bit (another numpy, BLAS or robosuite build) and the env keeps the
+    # Python loop, with a warning, and its steps stay the Python loop's.
+    from fastenv.backends.libero import compiled as compiled_module
+
+    real = compiled_module.Kernel.control
+    monkeypatch.setattr(compiled_module.Kernel, "control", lambda self, *args: np.nextafter(real(self, *args), np.inf))
+    compiled, python, actions = _rollout_pair("libero_10", 0, 6)
+    try:
+        with pytest.warns(RuntimeWarning, match="compiled control loop's torques differ"):
+            compiled.substep(actions[0])
+        python.substep(actions[0])
+        loop = compiled._control_loop()
+        assert loop._checked is False and loop.compiled is False
+        for action in actions[1:]:
+            assert compiled.substep(action) == python.substep(action)
+        assert np.array_equal(compiled._raw.sim.data.qpos, python._raw.sim.data.qpos)
+    finally:
+        compiled.close()
+        python.close()
+
+
+@pytest.mark.parametrize("suite,task_id", [("libero_spatial", 3), ("libero_goal", 7)])
+def test_contact_checks_by_geom_id_answer_as_robosuite(suite, task_id):
+    # The success check's contact tests (by geom id) give robosuite's answers for every pair of
+    # the scene's objects, the robot, and one object against anything, at states with contacts.
+    from fastenv.backends.libero.contacts import ContactCheck
+
+    adapter, other, actions = _rollout_pair(suite, task_id, 30)
+    other.close()
+    raw = adapter._raw
+    try:
+        assert isinstance(raw.check_contact, ContactCheck)
+        models = [*raw.objects_dict.values(), *raw.fixtures_dict.values(), raw.robots[0].robot_model, raw.robots[0].gripper]
+        checked = touching = 0
+        for k, action in enumerate(actions):
+            adapter.substep(action)
+            if k % 3:
+                continue
+            for i, first in enumerate(models):
+                for second in [None, *models[i + 1:]]:
+                    ours = raw.check_contact(first, second)
+                    assert ours == type(raw).check_contact(raw, first, second), (k, first.name, getattr(second, "name", None))
+                    checked += 1
+                    touching += ours
+        assert checked > 100 and touching > 0
+    finally:
+        adapter.close()
 
 
 def test_chunk_one_reproduces_the_stock_env(stock_env, libero_task, libero_stock_keys_env, actions):

