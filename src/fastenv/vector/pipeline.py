@@ -147,6 +147,9 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             raise ValueError("env_fns must hold at least one env constructor, got an empty sequence")
         if not all(callable(fn) for fn in env_fns):
             raise TypeError("env_fns must be callables that build an env")
+        if render_devices is not None and backend == "ray":
+            raise ValueError("render_devices is for local workers; with backend='ray' give ray_options={'num_gpus': ...}")
+        worker_environments(render_devices, 1)  # a GPU id that is not visible fails here, before tuning or any worker
         self.plan = self._resolve_plan(layout, tune_options, env_fns, num_workers, pipeline_stages, context)
         if self.plan is not None:
             num_workers, pipeline_stages = self.plan.num_workers, self.plan.pipeline_stages
@@ -179,8 +182,6 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
                 mp.get_context(context), pipeline_stages, threads_per_worker, self.spin_wait, self.worker_environments
             )
         elif backend == "ray":
-            if render_devices is not None:
-                raise ValueError("render_devices is for local workers; with backend='ray' give ray_options={'num_gpus': ...}")
             from fastenv.vector.ray_backend import RayTransport
 
             self._transport = RayTransport(dict(ray_options or {}), self.layout.num_workers, pipeline_stages, threads_per_worker)

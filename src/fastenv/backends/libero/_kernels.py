@@ -150,8 +150,8 @@ def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site
 
 @numba.njit(cache=True)
 def physics_steps(mj, gemv, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
-                  ctrl, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, low, high, gripper_step, current_action,
-                  gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques, state, jacp, jacr, full_mass):
+                  goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+                  ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques):
     """``count`` physics steps after an env step's first: the controller's torques clipped to the
     actuators' range, the Panda gripper's command (which integrates a constant step), the
     actuator writes, ``mj_step``. Without ``step_last`` the last one stops before its ``mj_step``."""

@@ -21,9 +21,8 @@ from fastenv.backends.libero.observables import (
     sample_observables,
     sensor_dependencies,
 )
-from fastenv.backends.libero.scene import OwnRandomness, PropertySamplers
 from fastenv.backends.libero.render_sharing import share_render_context, sharing
-from fastenv.machine import release_free_memory
+from fastenv.backends.libero.scene import OwnRandomness, PropertySamplers
 from fastenv.backends.libero.task import (
     DEFAULT_MAX_EPISODE_STEPS,
     DEFAULT_MODALITIES,
@@ -34,6 +33,7 @@ from fastenv.backends.libero.task import (
     LiberoTask,
     _libero,
 )
+from fastenv.machine import release_free_memory
 
 
 @dataclass(frozen=True)

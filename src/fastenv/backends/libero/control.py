@@ -54,7 +54,7 @@ class _ControlLoop:
         self._arm_index = np.asarray(self.arm_actuators, dtype=np.int64)
         self.compiled = compiled  # False: the Python loop (also where the compiled one cannot serve)
         self._checked: bool | None = None
-        self._buffers: Any = None
+        self._constant_args: Any = None  # (controller, the arguments that stay with it)
 
     @classmethod
     def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
@@ -175,7 +175,7 @@ class _ControlLoop:
             return False
         if self._checked is not True:
             try:
-                self._checked, why = self._check(controller, kernel), "torques differ from robosuite's"
+                self._checked, why = self._check(controller, kernel), "torques differ from robosuite's (or the state it keeps)"
             except Exception as error:  # numba could not compile it here
                 self._checked, why = False, f"could not run ({type(error).__name__}: {error})"
             if not self._checked:
@@ -189,50 +189,48 @@ class _ControlLoop:
         return self._checked
 
     def _control_args(self, controller: Any) -> tuple[Any, ...]:
-        data, k = self.data, len(controller.qvel_index)
-        size = 18 + 9 * k + k * k  # see compiled.control
-        if self._buffers is None or self._buffers[0].shape[0] != size:
-            nv = self.model.nv
-            self._buffers = (np.empty(size), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)))
-        state, jacp, jacr, full_mass = self._buffers
-        return (
-            np.uintp(self.model._address), np.uintp(data._address), self.site_id,
-            np.asarray(controller.qpos_index, dtype=np.int64), np.asarray(controller.qvel_index, dtype=np.int64),
-            data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias,
-            np.array(controller.goal_pos, dtype=np.float64), np.array(controller.goal_ori, dtype=np.float64),
-            np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
-            np.asarray(controller.initial_joint, dtype=np.float64), state, jacp, jacr, full_mass,
-        )
+        """The arguments of ``compiled.control`` for this controller's live state."""
+        cached = self._constant_args
+        if cached is None or cached[0] is not controller:  # robosuite builds a new controller at every reset
+            k, nv, data = len(controller.qvel_index), self.model.nv, self.data
+            cached = self._constant_args = (
+                controller,
+                (np.uintp(self.model._address), np.uintp(data._address), self.site_id,
+                 np.asarray(controller.qpos_index, dtype=np.int64), np.asarray(controller.qvel_index, dtype=np.int64),
+                 data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias),
+                (np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
+                 np.asarray(controller.initial_joint, dtype=np.float64),
+                 np.empty(18 + 9 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv))),  # state (see compiled.control), buffers
+            )
+        goal = (np.array(controller.goal_pos, dtype=np.float64), np.array(controller.goal_ori, dtype=np.float64))  # set at each policy step
+        return cached[1] + goal + cached[2]
 
     def _check(self, controller: Any, kernel: Any) -> bool:
         """Evaluate the controller compiled and as robosuite does at the live state; equal bit for bit?"""
         args = self._control_args(controller)
         torques = kernel.control(*args).copy()
-        compiled_state = self._controller_state(controller, args[16])
+        compiled = self._controller_state(controller, args[_STATE])
         self._update(controller)  # the forward parts the compiled call ran are current
-        expected = controller.run_controller()
-        same = np.array_equal(torques, expected) and torques.tobytes() == np.asarray(expected, dtype=np.float64).tobytes()
-        for name, value in compiled_state.items():
-            ours = np.asarray(getattr(controller, name))
-            same = same and ours.shape == value.shape and ours.tobytes(order="A") == value.tobytes(order="A")
-        return bool(same)
+        expected = np.asarray(controller.run_controller(), dtype=np.float64)
+        return torques.tobytes() == expected.tobytes() and all(
+            np.asarray(getattr(controller, name)).tobytes(order="A") == value.tobytes(order="A")
+            and np.shape(getattr(controller, name)) == value.shape
+            for name, value in compiled.items()
+        )
 
     @staticmethod
     def _controller_state(controller: Any, state: np.ndarray) -> dict[str, np.ndarray]:
-        """The controller's attributes from the compiled function's ``state`` (numpy's layouts)."""
+        """The controller's attributes, as ``update`` and ``run_controller`` leave them, from the
+        compiled function's flat ``state``."""
         k = len(controller.qvel_index)
         out, o = {}, 0
-        for name, rows, columns in (("ee_pos", 0, 3), ("ee_ori_mat", 3, 3), ("ee_pos_vel", 0, 3), ("ee_ori_vel", 0, 3), ("joint_pos", 0, k),
-                                    ("joint_vel", 0, k), ("J_pos", 3, k), ("J_ori", 3, k), ("mass_matrix", k, k), ("torques", 0, k)):
-            size = max(rows, 1) * columns
-            value = state[o:o + size]
-            if name in ("J_pos", "J_ori", "mass_matrix"):  # numpy's fancy indexing leaves them in Fortran order
-                out[name] = np.asfortranarray(value.reshape(rows, columns))
-            else:
-                out[name] = value.reshape(rows, columns) if rows else value.copy()
-                if rows:
-                    out[name] = out[name].copy()
+        for name, shape in (("ee_pos", (3,)), ("ee_ori_mat", (3, 3)), ("ee_pos_vel", (3,)), ("ee_ori_vel", (3,)), ("joint_pos", (k,)),
+                            ("joint_vel", (k,)), ("J_pos", (3, k)), ("J_ori", (3, k)), ("mass_matrix", (k, k)), ("torques", (k,))):
+            size = shape[0] * (shape[1] if len(shape) > 1 else 1)
+            out[name] = state[o:o + size].reshape(shape).copy()
             o += size
+        for name in ("J_pos", "J_ori", "mass_matrix"):  # numpy's fancy indexing leaves these in Fortran order
+            out[name] = np.asfortranarray(out[name])
         out["J_full"] = np.array(np.vstack([out["J_pos"], out["J_ori"]]))
         return out
 
@@ -243,27 +241,25 @@ class _ControlLoop:
         args = self._control_args(controller)
         current_action = np.array(gripper.current_action, dtype=np.float64)
         robot_torques = np.empty(len(controller.qvel_index))
-        state = args[16]
         rest = (
-            self.torque_low, self.torque_high, gripper_step, current_action, self._gripper_index, self.gripper_bias,
-            self.gripper_weight, self._arm_index, robot_torques,
+            self.data.ctrl, self.torque_low, self.torque_high, gripper_step, current_action, self._gripper_index,
+            self.gripper_bias, self.gripper_weight, self._arm_index, robot_torques,
         )
-        ctrl = self.data.ctrl
         first = 2
         if 2 <= sample_at <= n_physics:  # up to that step's actuator writes; capture; its mj_step
-            physics_steps(sample_at - 1, False, *args[:10], ctrl, *args[10:16], *rest, *args[16:])
+            physics_steps(sample_at - 1, False, *args, *rest)
             capture()  # records MuJoCo's state only
             self.mujoco.mj_step(self.model, self.data)
             first = sample_at + 1
-        physics_steps(n_physics - first + 1, True, *args[:10], ctrl, *args[10:16], *rest, *args[16:])
-        self._leave(controller, gripper, state, current_action, robot_torques)
-
-    def _leave(self, controller: Any, gripper: Any, state: np.ndarray, current_action: np.ndarray, robot_torques: np.ndarray) -> None:
-        for name, value in self._controller_state(controller, state).items():
+        physics_steps(n_physics - first + 1, True, *args, *rest)
+        for name, value in self._controller_state(controller, args[_STATE]).items():
             setattr(controller, name, value)
         controller.new_update = True  # what run_controller leaves
-        self.robot.torques = robot_torques.copy()
-        gripper.current_action = current_action.copy()
+        self.robot.torques = robot_torques
+        gripper.current_action = current_action
+
+
+_STATE = 16  # where ``_control_args`` puts the state buffer
 
 
 def _no_forward() -> None:
