@@ -8,7 +8,11 @@ seeded init state in interleaved rounds; medians, spreads and ratios come from o
 
 - robosuite's loop: ``fast_substep=False`` (robosuite's own ``sim.forward``/``_pre_action``/``sim.step``);
 - fastenv, Python loop: fastenv's control loop with its compiled physics steps turned off;
-- fastenv: the default (physics steps 2..n compiled, ``compiled.py``);
+- fastenv: the default (the policy step's controller and physics steps 2..n compiled, ``compiled.py``);
+- raw mj_step + OSC matrices: the raw calls, each followed by robosuite's ``opspace_matrices``
+  on the controller's matrices (its inverse and three SVD pseudo-inverses, LAPACK through numba),
+  which the controller computes at every physics step: the floor of any loop that keeps
+  robosuite's arithmetic bit for bit;
 - raw mj_step: the same number of ``mujoco.mj_step`` calls, nothing else.
 
     python benchmarks/bench_substep.py --out results/bench_substep.json
@@ -29,11 +33,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, print_table, write_json  # noqa: E402
 
 TASKS = {"libero_spatial": 0, "libero_object": 0, "libero_goal": 0, "libero_10": 0, "libero_90": 0}
-CONFIGS = ("robosuite's loop", "fastenv, Python loop", "fastenv", "raw mj_step")
+CONFIGS = ("robosuite's loop", "fastenv, Python loop", "fastenv", "raw mj_step + OSC matrices", "raw mj_step")
 
 
 def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dict[str, Any]:
     import mujoco
+    from robosuite.utils.control_utils import opspace_matrices
 
     from fastenv.backends.libero import make_env
 
@@ -44,11 +49,20 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dic
 
     def run(config: str, init: int) -> float:
         env.reset(seed=seed, options={"init_state_id": init})
-        if config == "raw mj_step":
+        if config.startswith("raw mj_step"):
             model, data = adapter._raw.sim.model._model, adapter._raw.sim.data._data
+            if config == "raw mj_step":
+                start = time.perf_counter()
+                for _ in range(steps * adapter._n_substeps):
+                    mujoco.mj_step(model, data)
+                return (time.perf_counter() - start) * 1000.0 / steps
+            adapter.substep(actions[0])  # the controller's matrices at a live state
+            c = adapter._raw.robots[0].controller
+            matrices = (c.mass_matrix, c.J_full, c.J_pos, c.J_ori)
             start = time.perf_counter()
             for _ in range(steps * adapter._n_substeps):
                 mujoco.mj_step(model, data)
+                opspace_matrices(*matrices)
             return (time.perf_counter() - start) * 1000.0 / steps
         adapter.fast_substep = config != "robosuite's loop"
         loop = adapter._control_loop()
@@ -83,8 +97,8 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dic
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=[f"{s}:{t}" for s, t in TASKS.items()], help="suite:task_id, one per suite by default")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=40, help="sub-steps per configuration and round")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds of all configurations, interleaved")
+    parser.add_argument("--steps", type=int, default=20, help="sub-steps per configuration and round")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/bench_substep.json")
     args = parser.parse_args(argv)

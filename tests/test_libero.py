@@ -58,6 +58,66 @@ def test_the_fast_control_loop_is_robosuites_loop_bit_for_bit_over_a_long_rollou
         stock.close()
 
 
+def _fast_and_stock(suite="libero_object", task_id=0, seed=0):
+    from fastenv.backends.libero import LiberoAdapter, LiberoTask
+
+    task = LiberoTask.load(suite, task_id)
+    fast, stock = (LiberoAdapter(task, keys=["robot0_proprio-state"], camera_size=SMALL) for _ in range(2))
+    stock.fast_substep = False
+    for adapter in (fast, stock):
+        adapter.reset(seed=seed, options={"init_state_id": 0}, rng=np.random.default_rng(seed))
+    return fast, stock
+
+
+def test_a_state_mujoco_resets_is_reset_as_in_robosuites_loop(monkeypatch, tmp_path):
+    # mj_step's checks reset a state holding a value beyond 1e10; fastenv's first physics step,
+    # which finishes mj_step after the loop's forward pass, then runs mj_step whole.
+    import mujoco
+
+    monkeypatch.chdir(tmp_path)  # MuJoCo logs its warning to MUJOCO_LOG.TXT there
+    fast, stock = _fast_and_stock()
+    steps = []
+    real_step = mujoco.mj_step
+    monkeypatch.setattr(mujoco, "mj_step", lambda m, d: (steps.append(d), real_step(m, d)))
+    try:
+        for k, action in enumerate(np.random.default_rng(1).uniform(-1, 1, (5, 7))):
+            if k == 2:
+                for adapter in (fast, stock):
+                    adapter._raw.sim.data.qvel[-1] = 1e11
+            steps.clear()
+            assert fast.substep(action) == stock.substep(action)
+            assert (fast._raw.sim.data._data in steps) == (k == 2)  # only the bad state took mj_step whole
+            for name in ("qpos", "qvel", "qacc_warmstart", "ctrl", "time"):
+                assert np.array_equal(getattr(fast._raw.sim.data, name), getattr(stock._raw.sim.data, name)), f"{name} after {k + 1}"
+        assert fast._raw.sim.data.time == stock._raw.sim.data.time < 0.2  # MuJoCo did reset the state (5 steps: 0.25 s)
+    finally:
+        fast.close()
+        stock.close()
+
+
+def test_where_mujocos_split_step_is_not_its_step_robosuites_loop_runs():
+    # The RK4 integrator or a control callback: mj_step1 + mj_step2 is not mj_step
+    import mujoco
+
+    fast, stock = _fast_and_stock()
+    try:
+        assert fast._control_loop() is not None
+        mujoco.set_mjcb_control(lambda m, d: None)
+        try:
+            assert fast._control_loop() is None
+        finally:
+            mujoco.set_mjcb_control(None)
+        for adapter in (fast, stock):
+            adapter._raw.sim.model.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+        assert fast._control_loop() is None
+        for action in np.random.default_rng(2).uniform(-1, 1, (3, 7)):
+            assert fast.substep(action) == stock.substep(action)
+            assert np.array_equal(fast._raw.sim.data.qpos, stock._raw.sim.data.qpos)
+    finally:
+        fast.close()
+        stock.close()
+
+
 def assert_same_robot_state(a, b):
     # What robosuite's loop leaves on the controller, the robot and the gripper after a step.
     ca, cb = a.robots[0].controller, b.robots[0].controller
@@ -522,3 +582,19 @@ def test_the_long_run_memory_benchmark_reads_memory_over_every_reset(tmp_path):
     for run in runs.values():
         assert all(v > 100 * 2**20 for v in run["rss"]) and np.isfinite(run["growth_mb_per_1000_resets"])
     assert json.loads(out.read_text())["results"].keys() == runs.keys() and out.with_suffix(".png").exists()
+
+
+def test_the_substep_benchmark_runs_every_configuration_and_the_compiled_loop(tmp_path):
+    # bench_substep.py on one task, one short round: every configuration measured, ratios taken
+    # against the raw mj_step calls, and fastenv's row did run the compiled loop.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_substep
+
+    payload = bench_substep.main(["--tasks", "libero_object:0", "--rounds", "1", "--steps", "2", "--out", str(tmp_path / "s.json")])
+    rows = {row["config"]: row for row in payload["rows"]}
+    assert list(rows) == list(bench_substep.CONFIGS)
+    assert rows["raw mj_step"]["x_raw_mj_step"] == 1.0 and all(row["ms_per_substep"] > 0 for row in rows.values())
+    assert payload["tasks"]["libero_object:0"] == {"compiled_used": True, "physics_steps_per_substep": 25}

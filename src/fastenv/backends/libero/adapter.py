@@ -470,7 +470,7 @@ class LiberoAdapter:
         loop = getattr(self, "_loop", None)
         if loop is None or loop.sim is not raw.sim:  # built once per sim (a hard reset makes a new one)
             loop = self._loop = _ControlLoop.build(raw)
-        return loop
+        return loop if loop is not None and loop.usable() else None
 
     def _convert_action(self, action: Any) -> np.ndarray:
         # Same conversion as LIBERO's step for OSC_POSITION controllers (4-D actions).

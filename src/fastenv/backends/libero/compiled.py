@@ -1,12 +1,13 @@
-"""The physics steps of one LIBERO env step after the first, compiled with numba, bit for bit.
+"""The physics steps of one LIBERO env step after the first, and the controller of its first,
+compiled with numba, bit for bit.
 
 ``_ControlLoop`` runs robosuite's arithmetic with less Python around it; what is left is still
 Python: per physics step about thirty numpy calls, three calls into robosuite's numba-compiled
-controller functions and seven into MuJoCo. Here the whole physics step runs in one compiled
+controller functions and several into MuJoCo. Here the whole physics step runs in one compiled
 function, calling exactly what the Python loop calls:
 
-- MuJoCo's own C functions (``mj_kinematics`` ... ``mj_step``) on the env's ``mjModel`` and
-  ``mjData``, from the library the ``mujoco`` package loaded;
+- MuJoCo's own C functions (``mj_step1``, ``mj_jacSite``, ``mj_fullM``, ``mj_step2``) on the
+  env's ``mjModel`` and ``mjData``, from the library the ``mujoco`` package loaded;
 - robosuite's own numba-compiled ``opspace_matrices``, ``nullspace_torques`` and
   ``orientation_error`` (robosuite compiles them with numba by default; where it does not, this
   path is not used);
@@ -45,6 +46,9 @@ class Kernel:
 
     def control(self, *args: Any) -> np.ndarray:
         return self._kernels.control(self._mj, self._gemv, *args)
+
+    def update(self, *args: Any) -> None:
+        self._kernels.update(self._mj, self._gemv, *args)
 
     def physics_steps(self, *args: Any) -> None:
         self._kernels.physics_steps(self._mj, self._gemv, *args)
@@ -107,7 +111,7 @@ def _build() -> Kernel | None:
     def address(function: Any) -> np.uintp:
         return np.uintp(ctypes.cast(function, ctypes.c_void_p).value)
 
-    names = ("mj_kinematics", "mj_comPos", "mj_crb", "mj_comVel", "mj_step", "mj_rne", "mj_jacSite", "mj_fullM")
+    names = ("mj_step1", "mj_step2", "mj_jacSite", "mj_fullM")
     mj = tuple(address(getattr(libmujoco, n)) for n in names)
     gemv = address(getattr(libblas, blas[1]))
     return Kernel(_kernels, mj, gemv)

