@@ -68,15 +68,28 @@ def sb3_subproc():
     return step, envs.close
 
 
-def pufferlib_multiprocessing():
+def pufferlib_multiprocessing(num_workers: int) -> Callable:
+    # PufferLib's workers and main process busy-wait on shared memory: with as many workers as
+    # cores, three spinning processes share two cores; one worker leaves one core to each
+    return lambda: _pufferlib_multiprocessing(num_workers)
+
+
+def _pufferlib_multiprocessing(num_workers: int):
+    import inspect
+
     import pufferlib.emulation
     import pufferlib.vector
 
+    # PufferLib 2 and later hand the env creator a shared buffer and a seed; 1.x neither
+    modern = "buf" in inspect.signature(pufferlib.emulation.GymnasiumPufferEnv).parameters
+
     def creator(buf=None, seed=0):
-        return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_cartpole, buf=buf, seed=seed)
+        if modern:
+            return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_cartpole, buf=buf, seed=seed)
+        return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_cartpole)
 
     envs = pufferlib.vector.make(
-        creator, backend=pufferlib.vector.Multiprocessing, num_envs=NUM_ENVS, num_workers=2, batch_size=NUM_ENVS
+        creator, backend=pufferlib.vector.Multiprocessing, num_envs=NUM_ENVS, num_workers=num_workers, batch_size=NUM_ENVS
     )
     envs.reset(seed=0)
     return envs.step, envs.close
@@ -87,7 +100,8 @@ CANDIDATES: dict[str, Callable] = {
     "fastenv PipelineVectorEnv (2 workers)": fastenv_pipeline(2),
     "gymnasium SyncVectorEnv (1 process)": gymnasium_sync,
     "SB3 SubprocVecEnv (8 processes)": sb3_subproc,
-    "PufferLib Multiprocessing (2 workers)": pufferlib_multiprocessing,
+    "PufferLib Multiprocessing (2 workers)": pufferlib_multiprocessing(2),
+    "PufferLib Multiprocessing (1 worker)": pufferlib_multiprocessing(1),
 }
 BASELINE = "gymnasium AsyncVectorEnv (8 processes)"
 FASTENV = "fastenv PipelineVectorEnv (2 workers)"
@@ -145,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
         "steps_per_round": args.steps,
         "results": rows,
         "skipped": skipped,
+        "versions": _versions(),
         "fastenv_vs_async": statistics.median(samples[FASTENV]) / base,
         # Each round times both back to back: the median of per-round ratios pairs like with like.
         "fastenv_vs_async_per_round": statistics.median(f / a for f, a in zip(samples[FASTENV], samples[BASELINE])),
@@ -156,6 +171,19 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(f"wrote {write_json(args.out, payload)}")
     return payload
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in ("gymnasium", "stable_baselines3", "pufferlib"):
+        try:
+            module = __import__(name)
+            out[name] = getattr(module, "__version__", None) or metadata.version(name)
+        except Exception:  # not installed
+            out[name] = None
+    return out
 
 
 if __name__ == "__main__":
