@@ -9,6 +9,10 @@ seeded init state in interleaved rounds; medians, spreads and ratios come from o
 - robosuite's loop: ``fast_substep=False`` (robosuite's own ``sim.forward``/``_pre_action``/``sim.step``);
 - fastenv, Python loop: fastenv's control loop with its compiled physics steps turned off;
 - fastenv: the default (the policy step's controller and physics steps 2..n compiled, ``compiled.py``);
+- compiled physics steps: the same number of physics steps, each as fastenv's compiled loop runs
+  its steps 2..n (``mj_step1``, robosuite's controller, ``mj_step2``, all in one numba call, no
+  Python): the floor of the control loop where robosuite's controller runs at every physics step
+  bit for bit, its LAPACK calls made between MuJoCo's as in a rollout;
 - raw mj_step + OSC matrices: the raw calls, each followed by robosuite's ``opspace_matrices``
   on the controller's matrices (its inverse and three SVD pseudo-inverses, LAPACK through numba),
   which the controller computes at every physics step: the floor of any loop that keeps
@@ -33,7 +37,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, print_table, write_json  # noqa: E402
 
 TASKS = {"libero_spatial": 0, "libero_object": 0, "libero_goal": 0, "libero_10": 0, "libero_90": 0}
-CONFIGS = ("robosuite's loop", "fastenv, Python loop", "fastenv", "raw mj_step + OSC matrices", "raw mj_step")
+CONFIGS = ("robosuite's loop", "fastenv, Python loop", "fastenv", "compiled physics steps", "raw mj_step + OSC matrices", "raw mj_step")
 
 
 def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dict[str, Any]:
@@ -41,11 +45,14 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dic
     from robosuite.utils.control_utils import opspace_matrices
 
     from fastenv.backends.libero import make_env
+    from fastenv.backends.libero.compiled import kernel as compiled_kernel
 
     env = make_env(suite, task_id, chunk=8, camera_size=64)
     adapter = env.unwrapped.adapter
     actions = np.random.default_rng(seed).uniform(-0.5, 0.5, size=(steps, 7)).astype(np.float32)
-    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    # without the compiled kernel (robosuite's controller not compiled by numba) there is no such floor
+    configs = [c for c in CONFIGS if c != "compiled physics steps" or compiled_kernel() is not None]
+    samples: dict[str, list[float]] = {c: [] for c in configs}
 
     def run(config: str, init: int) -> float:
         env.reset(seed=seed, options={"init_state_id": init})
@@ -64,6 +71,18 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dic
                 mujoco.mj_step(model, data)
                 opspace_matrices(*matrices)
             return (time.perf_counter() - start) * 1000.0 / steps
+        if config == "compiled physics steps":
+            adapter.fast_substep = True
+            loop = adapter._control_loop()
+            loop.compiled = True
+            adapter.substep(actions[0])  # the controller's goal and the arguments at a live state
+            robot = adapter._raw.robots[0]
+            gripper_step = np.array([-1.0, 1.0]) * robot.gripper.speed * np.sign(actions[0][-1:])
+            args, rest = loop._physics_args(robot.controller, robot.gripper, gripper_step)
+            physics_steps = compiled_kernel().physics_steps
+            start = time.perf_counter()
+            physics_steps(steps * adapter._n_substeps, True, *args, *rest)
+            return (time.perf_counter() - start) * 1000.0 / steps
         adapter.fast_substep = config != "robosuite's loop"
         loop = adapter._control_loop()
         if loop is not None:
@@ -73,17 +92,17 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dic
             adapter.substep(action)
         return (time.perf_counter() - start) * 1000.0 / steps
 
-    for config in CONFIGS:  # warm-up (numba loads or compiles its functions here)
+    for config in configs:  # warm-up (numba loads or compiles its functions here)
         run(config, 0)
     loop = adapter._control_loop()
     compiled_used = bool(loop is not None and loop._checked)
     for r in range(rounds):
-        for config in CONFIGS:
+        for config in configs:
             samples[config].append(run(config, r % 10))
     env.close()
     raw = samples["raw mj_step"]
     rows = []
-    for config in CONFIGS:
+    for config in configs:
         v = samples[config]
         rows.append({
             "suite": suite, "task_id": task_id, "config": config, "ms_per_substep": statistics.median(v), "spread_ms": max(v) - min(v),

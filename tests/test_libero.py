@@ -151,13 +151,20 @@ def test_the_compiled_physics_steps_are_the_python_loops_on_every_suite(suite, t
     # state, reward and what the controller is left with equal the Python loop's (itself
     # robosuite's bit for bit, see the long rollout above), and the compiled path did run.
     compiled, python, actions = _rollout_pair(suite, task_id, 40)
+    names = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full", "mass_matrix", "torques")
     try:
         for k, action in enumerate(actions):
             assert compiled.substep(action) == python.substep(action), f"reward/flags differ at step {k}"
             for name in ("qpos", "qvel", "qacc_warmstart", "ctrl"):
                 a, b = getattr(compiled._raw.sim.data, name), getattr(python._raw.sim.data, name)
                 assert np.array_equal(a, b), f"{name} differs after {k + 1} steps"
+            if k == 10:  # arrays a caller kept: later steps give the controller new ones, as robosuite does
+                kept = {name: getattr(compiled._raw.robots[0].controller, name) for name in names}
+                values = {name: np.array(value) for name, value in kept.items()}
         assert compiled._control_loop()._checked is True and python._control_loop()._checked is None
+        for name in names:
+            assert np.array_equal(kept[name], values[name]), f"{name} kept from step 11 changed"
+            assert getattr(compiled._raw.robots[0].controller, name) is not kept[name], name
         assert_same_robot_state(compiled._raw, python._raw)
         assert np.array_equal(compiled.observe()["robot0_proprio-state"], python.observe()["robot0_proprio-state"])
     finally:

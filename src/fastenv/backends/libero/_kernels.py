@@ -110,10 +110,11 @@ def _store(state, read):
     for part in (joint_pos, joint_vel):
         state[o:o + k] = part
         o += k
-    for part in (J_pos, J_ori, mass):
-        for r in range(part.shape[0]):
-            state[o:o + k] = part[r]
-            o += k
+    for part in (J_pos, J_ori, mass):  # column by column: the Fortran order robosuite's arrays have
+        rows = part.shape[0]
+        for c in range(k):
+            state[o:o + rows] = part[:, c]
+            o += rows
 
 
 @numba.njit(cache=True)
@@ -130,14 +131,22 @@ def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site
     (``mj_forward`` or ``mj_step1`` ran on it): robosuite's ``Controller.update`` and
     ``OperationalSpaceController.run_controller`` (no interpolators).
 
-    ``state`` receives the controller's attributes as those leave them, flat and row by row:
-    ee_pos(3) ee_ori_mat(9) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k) J_pos(3k)
-    J_ori(3k) mass_matrix(k*k) torques(k).
+    ``state`` receives the controller's attributes as those leave them, flat: ee_pos(3)
+    ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k), then column
+    by column J_pos(3k) J_ori(3k) mass_matrix(k*k), then torques(k).
     """
     read = _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+    torques = _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+    _store(state, read)
+    state[state.shape[0] - torques.shape[0]:] = torques
+    return torques
+
+
+@numba.njit(cache=True)
+def _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint):
+    """``OperationalSpaceController.run_controller`` on what ``_read`` read: the torques."""
     ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass = read
     k = qvel_index.shape[0]
-    # OperationalSpaceController.run_controller
     ori_error = orientation_error(goal_ori, ee_ori_mat)
     desired_force = np.empty(3)
     desired_torque = np.empty(3)
@@ -165,8 +174,6 @@ def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site
     null_torques = nullspace_torques(mass, nullspace_matrix, initial_joint, joint_pos, joint_vel)
     for i in range(k):
         torques[i] = torques[i] + null_torques[i]
-    _store(state, read)
-    state[state.shape[0] - k:] = torques
     return torques
 
 
@@ -178,12 +185,16 @@ def physics_steps(mj, gemv, count, step_last, model, data, site, qpos_index, qve
     splits it for a controller: ``mj_step1`` (position and velocity stages), the controller's
     torques clipped to the actuators' range, the Panda gripper's command (which integrates a
     constant step), the actuator writes, ``mj_step2`` (actuation, acceleration, constraint,
-    integration). Without ``step_last`` the last one stops before its ``mj_step2``."""
+    integration). Without ``step_last`` the last one stops before its ``mj_step2``. ``state``
+    receives the controller's attributes as the last step leaves them (see ``control``)."""
     k = qvel_index.shape[0]
     for n in range(count):
         c_call(mj[0], (model, data))  # mj_step1
-        torques = control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos,
-                          goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass)
+        read = _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+        torques = _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+        if n == count - 1:  # only the last step's attributes are read
+            _store(state, read)
+            state[state.shape[0] - k:] = torques
         for i in range(k):
             robot_torques[i] = _clip(torques[i], low[i], high[i])
         for i in range(current_action.shape[0]):

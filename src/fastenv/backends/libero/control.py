@@ -247,18 +247,21 @@ class _ControlLoop:
     @staticmethod
     def _controller_state(controller: Any, state: np.ndarray, torques: bool = True) -> dict[str, np.ndarray]:
         """The controller's attributes, as ``update`` and ``run_controller`` leave them (``update``
-        alone: ``torques`` False), from the compiled function's flat ``state``."""
+        alone: ``torques`` False), from the compiled function's flat ``state``: views of one copy
+        of it, each in the layout robosuite's own arrays have."""
         k = len(controller.qvel_index)
-        parts = [("ee_pos", (3,)), ("ee_ori_mat", (3, 3)), ("ee_pos_vel", (3,)), ("ee_ori_vel", (3,)), ("joint_pos", (k,)),
-                 ("joint_vel", (k,)), ("J_pos", (3, k)), ("J_ori", (3, k)), ("mass_matrix", (k, k))] + [("torques", (k,))] * torques
-        out, o = {}, 0
-        for name, shape in parts:
-            size = shape[0] * (shape[1] if len(shape) > 1 else 1)
-            out[name] = state[o:o + size].reshape(shape).copy()
-            o += size
-        for name in ("J_pos", "J_ori", "mass_matrix"):  # numpy's fancy indexing leaves these in Fortran order
-            out[name] = np.asfortranarray(out[name])
-        out["J_full"] = np.array(np.vstack([out["J_pos"], out["J_ori"]]))
+        s = state.copy()
+        o = 18 + 2 * k
+        out = {
+            "ee_pos": s[0:3], "ee_ori_mat": s[3:12].reshape(3, 3), "ee_pos_vel": s[12:15], "ee_ori_vel": s[15:18],
+            "joint_pos": s[18:18 + k], "joint_vel": s[18 + k:o],
+            # numpy's fancy indexing leaves these in Fortran order: stored column by column
+            "J_pos": s[o:o + 3 * k].reshape(k, 3).T, "J_ori": s[o + 3 * k:o + 6 * k].reshape(k, 3).T,
+            "mass_matrix": s[o + 6 * k:o + 6 * k + k * k].reshape(k, k).T,
+        }
+        out["J_full"] = np.vstack([out["J_pos"], out["J_ori"]])
+        if torques:
+            out["torques"] = s[s.shape[0] - k:]
         return out
 
     def _policy_control(self, controller: Any, action: np.ndarray) -> None:
@@ -289,17 +292,22 @@ class _ControlLoop:
         finally:
             del controller.run_controller
 
+    def _physics_args(self, controller: Any, gripper: Any, gripper_step: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """``physics_steps``' arguments after ``count`` and ``step_last``: the controller's
+        (``_control_args``), then the actuators' and the gripper's (its command and the robot's
+        torques are written into fresh arrays, items 4 and 9)."""
+        rest = (
+            self.data.ctrl, self.torque_low, self.torque_high, gripper_step, np.array(gripper.current_action, dtype=np.float64),
+            self._gripper_index, self.gripper_bias, self.gripper_weight, self._arm_index, np.empty(len(controller.qvel_index)),
+        )
+        return self._control_args(controller), rest
+
     def _run_compiled(self, controller: Any, gripper: Any, gripper_step: np.ndarray, n_physics: int, sample_at: int, capture: Any) -> None:
         """Physics steps 2..n as the Python loop runs them, compiled; ``capture()`` before step
         ``sample_at``; the controller, robot and gripper left as robosuite leaves them."""
         physics_steps = compiled_kernel().physics_steps
-        args = self._control_args(controller)
-        current_action = np.array(gripper.current_action, dtype=np.float64)
-        robot_torques = np.empty(len(controller.qvel_index))
-        rest = (
-            self.data.ctrl, self.torque_low, self.torque_high, gripper_step, current_action, self._gripper_index,
-            self.gripper_bias, self.gripper_weight, self._arm_index, robot_torques,
-        )
+        args, rest = self._physics_args(controller, gripper, gripper_step)
+        current_action, robot_torques = rest[4], rest[9]
         first = 2
         if 2 <= sample_at <= n_physics:  # up to that step's actuator writes; capture; its mj_step2
             physics_steps(sample_at - 1, False, *args, *rest)
