@@ -81,7 +81,7 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int) -> dic
             args, rest = loop._physics_args(robot.controller, robot.gripper, gripper_step)
             physics_steps = compiled_kernel().physics_steps
             start = time.perf_counter()
-            physics_steps(steps * adapter._n_substeps, True, *args, *rest)
+            physics_steps(steps * adapter._n_substeps, True, *args, *rest, -1, np.empty(0), np.int32(0))  # no state recorded
             return (time.perf_counter() - start) * 1000.0 / steps
         adapter.fast_substep = config != "robosuite's loop"
         loop = adapter._control_loop()

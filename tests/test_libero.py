@@ -52,6 +52,7 @@ def test_the_fast_control_loop_is_robosuites_loop_bit_for_bit_over_a_long_rollou
                 assert np.array_equal(a, b), f"{name} differs after {k + 1} steps"
         assert np.array_equal(fast.observe()["robot0_proprio-state"], stock.observe()["robot0_proprio-state"])
         assert fast._control_loop()._checked is True  # physics steps 2..n ran compiled
+        assert fast._control_loop()._policy.checked is True  # and the policy step
         assert_same_robot_state(fast._raw, stock._raw)
     finally:
         fast.close()
@@ -69,13 +70,16 @@ def _fast_and_stock(suite="libero_object", task_id=0, seed=0):
     return fast, stock
 
 
-def test_a_state_mujoco_resets_is_reset_as_in_robosuites_loop(monkeypatch, tmp_path):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python-loop"])
+def test_a_state_mujoco_resets_is_reset_as_in_robosuites_loop(monkeypatch, tmp_path, compiled):
     # mj_step's checks reset a state holding a value beyond 1e10; fastenv's first physics step,
-    # which finishes mj_step after the loop's forward pass, then runs mj_step whole.
+    # which finishes mj_step after the loop's forward pass, then runs mj_step whole (the compiled
+    # policy step calls MuJoCo's C function; the Python loop mujoco.mj_step, watched here).
     import mujoco
 
     monkeypatch.chdir(tmp_path)  # MuJoCo logs its warning to MUJOCO_LOG.TXT there
     fast, stock = _fast_and_stock()
+    fast._control_loop().compiled = compiled
     steps = []
     real_step = mujoco.mj_step
     monkeypatch.setattr(mujoco, "mj_step", lambda m, d: (steps.append(d), real_step(m, d)))
@@ -86,7 +90,8 @@ def test_a_state_mujoco_resets_is_reset_as_in_robosuites_loop(monkeypatch, tmp_p
                     adapter._raw.sim.data.qvel[-1] = 1e11
             steps.clear()
             assert fast.substep(action) == stock.substep(action)
-            assert (fast._raw.sim.data._data in steps) == (k == 2)  # only the bad state took mj_step whole
+            if not compiled:
+                assert (fast._raw.sim.data._data in steps) == (k == 2)  # only the bad state took mj_step whole
             for name in ("qpos", "qvel", "qacc_warmstart", "ctrl", "time"):
                 assert np.array_equal(getattr(fast._raw.sim.data, name), getattr(stock._raw.sim.data, name)), f"{name} after {k + 1}"
         assert fast._raw.sim.data.time == stock._raw.sim.data.time < 0.2  # MuJoCo did reset the state (5 steps: 0.25 s)
@@ -127,6 +132,17 @@ def assert_same_robot_state(a, b):
     assert ca.new_update == cb.new_update
     assert np.array_equal(a.robots[0].torques, b.robots[0].torques)
     assert np.array_equal(a.robots[0].gripper.current_action, b.robots[0].gripper.current_action)
+    assert_same_buffers(a.robots[0], b.robots[0])
+
+
+def assert_same_buffers(a, b):
+    # The robot's buffers of recent values (robosuite pushes them at each policy step).
+    for name in ("recent_qpos", "recent_actions", "recent_torques", "recent_ee_forcetorques", "recent_ee_pose", "recent_ee_vel", "recent_ee_acc"):
+        for part in ("last", "current"):
+            x, y = np.asarray(getattr(getattr(a, name), part)), np.asarray(getattr(getattr(b, name), part))
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f"{name}.{part}"
+    ra, rb = a.recent_ee_vel_buffer, b.recent_ee_vel_buffer
+    assert (ra.ptr, ra._size) == (rb.ptr, rb._size) and ra.buf.tobytes() == rb.buf.tobytes()
 
 
 def _rollout_pair(suite, task_id, steps, seed=3):
@@ -158,10 +174,14 @@ def test_the_compiled_physics_steps_are_the_python_loops_on_every_suite(suite, t
             for name in ("qpos", "qvel", "qacc_warmstart", "ctrl"):
                 a, b = getattr(compiled._raw.sim.data, name), getattr(python._raw.sim.data, name)
                 assert np.array_equal(a, b), f"{name} differs after {k + 1} steps"
+            if k % 7 == 3:  # the robot's buffers, the force and torque buffer's computed from its recorded states
+                assert_same_buffers(compiled._raw.robots[0], python._raw.robots[0])
             if k == 10:  # arrays a caller kept: later steps give the controller new ones, as robosuite does
                 kept = {name: getattr(compiled._raw.robots[0].controller, name) for name in names}
                 values = {name: np.array(value) for name, value in kept.items()}
         assert compiled._control_loop()._checked is True and python._control_loop()._checked is None
+        assert compiled._control_loop()._policy.checked is True  # the compiled policy step ran
+        assert type(compiled._raw.robots[0].recent_ee_forcetorques).__name__ == "LazyForceTorques"  # and the whole step compiled
         for name in names:
             assert np.array_equal(kept[name], values[name]), f"{name} kept from step 11 changed"
             assert getattr(compiled._raw.robots[0].controller, name) is not kept[name], name
@@ -190,6 +210,68 @@ def test_a_compiled_loop_that_disagrees_falls_back_to_the_python_loop(monkeypatc
         for action in actions[1:]:
             assert compiled.substep(action) == python.substep(action)
         assert np.array_equal(compiled._raw.sim.data.qpos, python._raw.sim.data.qpos)
+    finally:
+        compiled.close()
+        python.close()
+
+
+def test_the_force_and_torque_buffer_computes_robosuites_values_when_read():
+    # A compiled env step records the state its policy step starts from; the robot's buffer of
+    # end-effector force and torque computes the sensors there when read. It is robosuite's
+    # DeltaBuffer in every way a caller sees: values, delta, average, push, clear.
+    compiled, python, actions = _rollout_pair("libero_goal", 7, 12)
+    try:
+        for action in actions:
+            assert compiled.substep(action) == python.substep(action)
+        lazy, plain = compiled._raw.robots[0].recent_ee_forcetorques, python._raw.robots[0].recent_ee_forcetorques
+        assert type(lazy).__name__ == "LazyForceTorques" and isinstance(lazy, type(plain)) and lazy.dim == plain.dim
+        assert np.any(plain.current != 0)  # contacts: forces to compare
+
+        def same():
+            for name in ("current", "last", "delta", "average"):
+                x, y = np.asarray(getattr(lazy, name)), np.asarray(getattr(plain, name))
+                assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
+
+        same()
+        for buffer in (lazy, plain):
+            buffer.push(np.arange(6.0))
+        same()
+        for buffer in (lazy, plain):
+            buffer.clear()
+        same()
+        for action in actions[:3]:  # pushes after a clear: recorded states again
+            assert compiled.substep(action) == python.substep(action)
+        same()
+    finally:
+        compiled.close()
+        python.close()
+
+
+def test_a_compiled_policy_step_that_disagrees_falls_back_to_robosuites(monkeypatch):
+    # The compiled policy step is compared once per env with robosuite's robot.control from the
+    # same state; a difference in the last bit of a buffer and the env keeps robosuite's, with a
+    # warning, its steps still robosuite's.
+    from fastenv.backends.libero import compiled as compiled_module
+
+    real = compiled_module.Kernel.policy_step
+
+    def off_by_one_bit(self, *args):
+        real(self, *args)
+        out = args[-2]  # policy_step's ``out``: the last value is the acceleration estimate's
+        out[-1] = np.nextafter(out[-1], np.inf)
+
+    monkeypatch.setattr(compiled_module.Kernel, "policy_step", off_by_one_bit)
+    compiled, python, actions = _rollout_pair("libero_10", 0, 6)
+    try:
+        with pytest.warns(RuntimeWarning, match="compiled policy step differs"):
+            for action in actions[:2]:  # after a reset the controller holds what it read before: robosuite's step first
+                assert compiled.substep(action) == python.substep(action)
+        policy = compiled._control_loop()._policy
+        assert policy.checked is False and not policy.applies()
+        for action in actions[2:]:
+            assert compiled.substep(action) == python.substep(action)
+        assert compiled._control_loop()._checked is True  # the physics steps still run compiled
+        assert_same_robot_state(compiled._raw, python._raw)
     finally:
         compiled.close()
         python.close()

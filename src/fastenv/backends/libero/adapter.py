@@ -433,12 +433,11 @@ class LiberoAdapter:
             point = self._sample_point()
             loop = self._control_loop()
             if loop is not None:
-                loop.run(raw, action, n, sample_at, point.capture)
+                loop.run(raw, action, n, sample_at, point)
             else:
                 self._stock_loop(raw, action, n, sample_at=sample_at, capture=point.capture)
         raw.cur_time += raw.control_timestep
-        reward, _, _ = raw._post_action(action)
-        success = bool(raw._check_success())
+        reward, success = _reward_and_success(raw, action)
         return float(reward), success, False, {"success": success, "language_instruction": self.task.language}
 
     @staticmethod
@@ -532,6 +531,29 @@ class LiberoAdapter:
                     raw.modify_observable(name, "enabled", enabled)
                     raw.modify_observable(name, "active", active)
         self._env = None
+
+def _reward_and_success(raw: Any, action: np.ndarray) -> tuple[float, bool]:
+    """robosuite's ``_post_action`` (LIBERO's reward checks success) and LIBERO's success check
+    after it, as its ``step`` makes them. LIBERO's ``_post_action`` then updates the object states
+    it tracks (switches, lights); where it tracks none the state is the one the reward checked,
+    and the second check's answer is the first's (LIBERO's predicates only read the simulation)."""
+    if getattr(raw, "tracking_object_states_change", True) or "_check_success" in vars(raw):
+        reward, _, _ = raw._post_action(action)  # tracked states, or a check wrapped by someone: both checks run
+        return float(reward), bool(raw._check_success())
+    answers = []
+    check = raw._check_success
+
+    def checked() -> Any:
+        answers.append(check())
+        return answers[-1]
+
+    raw._check_success = checked
+    try:
+        reward, _, _ = raw._post_action(action)
+    finally:
+        del raw._check_success
+    return float(reward), bool(answers[0] if len(answers) == 1 else raw._check_success())
+
 
 def _make_gl_current(raw: Any) -> None:
     """Make this env's GL context the current one before it renders.

@@ -1,29 +1,35 @@
-"""The physics steps of one LIBERO env step after the first, and the controller of its first,
+"""The physics steps of one LIBERO env step, the controller and the policy step's robot control,
 compiled with numba, bit for bit.
 
 ``_ControlLoop`` runs robosuite's arithmetic with less Python around it; what is left is still
 Python: per physics step about thirty numpy calls, three calls into robosuite's numba-compiled
-controller functions and several into MuJoCo. Here the whole physics step runs in one compiled
-function, calling exactly what the Python loop calls:
+controller functions and several into MuJoCo, and at the policy step about a hundred numpy calls
+for the robot's buffers. Here an env step runs in two compiled functions (``begin_step``, then
+``env_step`` after robosuite's own ``set_goal``), calling exactly what the Python loop calls:
 
-- MuJoCo's own C functions (``mj_step1``, ``mj_jacSite``, ``mj_fullM``, ``mj_step2``) on the
-  env's ``mjModel`` and ``mjData``, from the library the ``mujoco`` package loaded;
-- robosuite's own numba-compiled ``opspace_matrices``, ``nullspace_torques`` and
-  ``orientation_error`` (robosuite compiles them with numba by default; where it does not, this
-  path is not used);
-- the matrix-vector products numpy computes in robosuite's controller (``np.dot``), through the
-  same BLAS function of numpy's own library with the same arguments numpy passes (row- or
-  column-major by the operand's layout, as numpy decides);
+- MuJoCo's own C functions (``mj_step1``, ``mj_jacSite``, ``mj_fullM``, ``mj_step2``,
+  ``mj_getState``) on the env's ``mjModel`` and ``mjData``, from the library the ``mujoco``
+  package loaded;
+- robosuite's own numba-compiled ``opspace_matrices``, ``nullspace_torques``,
+  ``orientation_error`` and ``mat2quat`` (robosuite compiles them with numba by default; where it
+  does not, this path is not used);
+- the matrix-vector products numpy computes in robosuite's controller (``np.dot``), and the dot
+  product of ``np.convolve`` in the robot's acceleration estimate, through the same BLAS functions
+  of numpy's own library with the same arguments numpy passes (row- or column-major by the
+  operand's layout, as numpy decides);
 - elementwise arithmetic, one IEEE operation per numpy operation (numba fuses none).
+
+The controller's LAPACK calls (an inverse and three pseudo-inverses by SVD per physics step,
+robosuite's ``opspace_matrices``) are most of what a compiled step costs beyond MuJoCo's own.
 
 The compiled functions (``_kernels.py``) take the C functions' addresses as arguments, so numba
 caches them on disk: the first process on a machine compiles them (a few seconds), later ones load
 them.
 
-Before an env uses it, ``_ControlLoop`` evaluates the controller both ways at the env's live
-state and compares the torques and every attribute the controller keeps, bit for bit; a difference
-(another numpy, BLAS or robosuite build) and the env keeps the Python loop. The tests compare whole
-trajectories with the Python loop and with robosuite's own.
+Before an env uses them, ``_ControlLoop`` evaluates the controller, and ``PolicyStep`` the policy
+step, both ways at the env's live state and compares the torques and everything they leave, bit
+for bit; a difference (another numpy, BLAS or robosuite build) and the env keeps the Python loop.
+The tests compare whole trajectories with the Python loop and with robosuite's own.
 """
 
 from __future__ import annotations
@@ -41,17 +47,26 @@ _KERNEL: Any = None  # None: not built yet; False: unavailable in this process
 class Kernel:
     """The compiled functions with this process's MuJoCo and BLAS functions bound."""
 
-    def __init__(self, kernels: Any, mj: tuple[Any, ...], gemv: Any) -> None:
-        self._kernels, self._mj, self._gemv = kernels, mj, gemv
+    def __init__(self, kernels: Any, mj: tuple[Any, ...], blas: tuple[Any, ...]) -> None:
+        self._kernels, self._functions = kernels, (mj, blas)
 
     def control(self, *args: Any) -> np.ndarray:
-        return self._kernels.control(self._mj, self._gemv, *args)
+        return self._kernels.control(*self._functions, *args)
 
     def update(self, *args: Any) -> None:
-        self._kernels.update(self._mj, self._gemv, *args)
+        self._kernels.update(*self._functions, *args)
 
     def physics_steps(self, *args: Any) -> None:
-        self._kernels.physics_steps(self._mj, self._gemv, *args)
+        self._kernels.physics_steps(*self._functions, *args)
+
+    def policy_step(self, *args: Any) -> None:
+        self._kernels.policy_step(*self._functions, *args)
+
+    def begin_step(self, *args: Any) -> bool:
+        return self._kernels.begin_step(*self._functions, *args)
+
+    def env_step(self, *args: Any) -> None:
+        self._kernels.env_step(*self._functions, *args)
 
 
 def kernel() -> Kernel | None:
@@ -65,8 +80,8 @@ def kernel() -> Kernel | None:
     return _KERNEL or None
 
 
-def _numpy_gemv() -> tuple[str, str] | None:
-    """The library and name of numpy's own ``cblas_dgemv`` (64-bit integers), or None."""
+def _numpy_blas() -> tuple[str, str] | None:
+    """The library of numpy's own CBLAS (64-bit integers) and its names' prefix, or None."""
     here = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
     candidates = sorted(glob.glob(os.path.join(here, "*blas*.so*"))) + _mapped("blas")  # wheels; a system BLAS
     for path in candidates:
@@ -74,9 +89,9 @@ def _numpy_gemv() -> tuple[str, str] | None:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for name in ("scipy_cblas_dgemv64_", "cblas_dgemv64_"):
-            if hasattr(lib, name):
-                return path, name
+        for prefix in ("scipy_", ""):
+            if hasattr(lib, f"{prefix}cblas_dgemv64_") and hasattr(lib, f"{prefix}cblas_ddot64_"):
+                return path, prefix
     return None
 
 
@@ -92,14 +107,15 @@ def _mapped(fragment: str) -> list[str]:
 
 def _build() -> Kernel | None:
     import robosuite.utils.control_utils as cu
+    import robosuite.utils.transform_utils as tu
 
-    if not all(hasattr(f, "py_func") for f in (cu.opspace_matrices, cu.nullspace_torques, cu.orientation_error)):
+    if not all(hasattr(f, "py_func") for f in (cu.opspace_matrices, cu.nullspace_torques, cu.orientation_error, tu.mat2quat)):
         return None  # robosuite without numba: its controller's arithmetic is numpy's
     import mujoco
 
     # the MuJoCo library the bindings use (the one loaded), else the package's own
     found = _mapped("libmujoco") or sorted(glob.glob(os.path.join(os.path.dirname(mujoco.__file__), "libmujoco.so*")))
-    blas = _numpy_gemv()
+    blas = _numpy_blas()
     if not found or blas is None:
         return None
     from fastenv.backends.libero import _kernels
@@ -111,7 +127,7 @@ def _build() -> Kernel | None:
     def address(function: Any) -> np.uintp:
         return np.uintp(ctypes.cast(function, ctypes.c_void_p).value)
 
-    names = ("mj_step1", "mj_step2", "mj_jacSite", "mj_fullM")
+    names = ("mj_step1", "mj_step2", "mj_jacSite", "mj_fullM", "mj_getState")
     mj = tuple(address(getattr(libmujoco, n)) for n in names)
-    gemv = address(getattr(libblas, blas[1]))
-    return Kernel(_kernels, mj, gemv)
+    numpy_blas = tuple(address(getattr(libblas, f"{blas[1]}cblas_{n}64_")) for n in ("dgemv", "ddot"))
+    return Kernel(_kernels, mj, numpy_blas)

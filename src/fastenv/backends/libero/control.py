@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fastenv.backends.libero.compiled import kernel as compiled_kernel
+from fastenv.backends.libero.policy_step import PolicyStep
 
 
 class _ControlLoop:
@@ -20,21 +21,26 @@ class _ControlLoop:
     - each physics step computes each stage of MuJoCo's forward pass once where robosuite
       computes it two or three times on the same, unchanged state (its loop's ``mj_forward``,
       the controller's ``update`` running it again, ``mj_step`` running it a third time): an
-      identical result each time. The first physics step keeps the loop's whole forward pass
-      (the robot's buffers read its sensors), then finishes ``mj_step`` from there (its
-      actuation, acceleration and constraint stages with the new torques, then the integrator).
-      The others run ``mj_step`` split where MuJoCo splits it for a controller: ``mj_step1``
-      (position and velocity stages, all the controller reads), the controller, ``mj_step2``;
+      identical result each time. Each runs ``mj_step`` split where MuJoCo splits it for a
+      controller: ``mj_step1`` (position and velocity stages, all the controller reads), the
+      controller, ``mj_step2``. The first (the policy step) is robosuite's forward pass whole
+      where it runs in Python, its force and torque sensors read into the robot's buffers, then
+      the rest of ``mj_step`` from there; compiled, its buffer of those sensors computes them
+      from the recorded state when read (``policy_step.py``);
     - the controller's reads after that (site pose and velocity, joint state, the Jacobians, the
       mass matrix) are the same MuJoCo calls and numpy operations, with site ids, index arrays
       and buffers looked up once per env step instead of several times per physics step, and
       one Jacobian evaluation where robosuite evaluates the same Jacobian twice;
     - the controller's torque arithmetic is robosuite's own ``run_controller``; the policy step
-      (the first physics step, which sets the controller's goal and the robot's buffers) is
-      robosuite's own ``robot.control`` (with the controller's ``update`` and ``run_controller``
-      compiled where the rest is);
+      (which sets the controller's goal and the robot's buffers) is robosuite's own ``set_goal``
+      and the rest of its ``robot.control`` compiled (``policy_step.py``), robosuite's own
+      where that does not apply;
     - torque clipping, the gripper's action and the actuator writes are robosuite's operations,
       with the constant limits and ranges computed once.
+
+    Compiled (``compiled.py``), an env step is two calls into numba (``begin_step``, then
+    ``env_step`` after ``set_goal``) where the checks allow it, each compared once per env with
+    robosuite's at the live state.
 
     Where MuJoCo's split step is not its whole step (the RK4 integrator, a control callback set
     with ``mujoco.set_mjcb_control``), ``usable()`` is False and robosuite's own loop runs.
@@ -60,6 +66,9 @@ class _ControlLoop:
         self.compiled = compiled  # False: the Python loop (also where the compiled one cannot serve)
         self._checked: bool | None = None
         self._constant_args: Any = None  # (controller, the arguments that stay with it)
+        self._policy: PolicyStep | None = None
+        self._integration = np.int32(int(mujoco.mjtState.mjSTATE_INTEGRATION))  # what mj_step reads (LazyForceTorques)
+        self._state_size = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_INTEGRATION)
 
     @classmethod
     def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
@@ -127,11 +136,11 @@ class _ControlLoop:
         controller.mass_matrix = mass_matrix[self.qvel_index, :][:, self.qvel_index]
         controller.new_update = False
 
-    def run(self, raw: Any, action: np.ndarray, n_physics: int, sample_at: int = 0, capture: Any = None) -> None:
+    def run(self, raw: Any, action: np.ndarray, n_physics: int, sample_at: int = 0, point: Any = None) -> None:
         """One env step of physics and control (robosuite's ``step`` loop, without observables).
 
-        ``capture()`` runs just before physics step ``sample_at`` (1-based), where robosuite's
-        observables would sample (see ``observables.SamplePoint``).
+        ``point.capture()`` runs just before physics step ``sample_at`` (1-based), where
+        robosuite's observables would sample (an ``observables.SamplePoint``).
         """
         mujoco, model, data, sim, robot = self.mujoco, self.model, self.data, self.sim, self.robot
         assert len(action) == raw.action_dim, f"environment got invalid action dimension -- expected {raw.action_dim}, got {len(action)}"
@@ -141,53 +150,65 @@ class _ControlLoop:
         gripper, gripper_action = robot.gripper, action[controller.control_dim :]
         ctrl = data.ctrl
         forward, step1, step2 = mujoco.mj_forward, mujoco.mj_step1, mujoco.mj_step2
+        # The gripper's command integrates a constant step per physics step (PandaGripper's
+        # format_action: clip(current + [-1, 1] * speed * sign(action), -1, 1)).
+        panda = type(gripper).format_action.__qualname__ == "PandaGripper.format_action"
+        if panda:
+            assert len(gripper_action) == gripper.dof
+            gripper_step = np.array([-1.0, 1.0]) * gripper.speed * np.sign(gripper_action)
         sim.forward = _no_forward  # the controller's own forward repeats the loop's: skipped
         try:
+            if panda and sample_at != 1 and self._checked and self._compiled_step(controller, action, gripper_step, n_physics, sample_at, point):
+                return
             forward(model, data)
-            # The gripper's command integrates a constant step per physics step (PandaGripper's
-            # format_action: clip(current + [-1, 1] * speed * sign(action), -1, 1)).
-            panda = type(gripper).format_action.__qualname__ == "PandaGripper.format_action"
             compiled = panda and self._compiled_ok(controller)
             if compiled:
-                self._policy_control(controller, action)
+                self._policy_control(controller, action, gripper_step)
             else:
                 robot.control(action, policy_step=True)
             if sample_at == 1:
-                capture()
+                point.capture()
             self._finish_step()
             if panda:
-                assert len(gripper_action) == gripper.dof
-                gripper_step = np.array([-1.0, 1.0]) * gripper.speed * np.sign(gripper_action)
                 if compiled:
-                    self._run_compiled(controller, gripper, gripper_step, n_physics, sample_at, capture)
+                    self._run_compiled(controller, gripper, gripper_step, n_physics, sample_at, point)
                     return
             low, high = self.torque_low, self.torque_high
             for j in range(2, n_physics + 1):
                 step1(model, data)  # position and velocity stages: what the controller reads
                 self._update(controller)
                 torques = controller.run_controller()  # its update() sees new_update False: no-op
-                robot.torques = np.minimum(np.maximum(torques, low), high)  # np.clip's arithmetic
+                robot.torques = np.clip(torques, low, high)
                 if panda:
-                    actual = gripper.current_action = np.minimum(np.maximum(gripper.current_action + gripper_step, -1.0), 1.0)
+                    actual = gripper.current_action = np.clip(gripper.current_action + gripper_step, -1.0, 1.0)
                 else:
                     actual = gripper.format_action(gripper_action)
                 ctrl[self.gripper_actuators] = self.gripper_bias + self.gripper_weight * actual
                 ctrl[self.arm_actuators] = robot.torques
                 if j == sample_at:
-                    capture()
+                    point.capture()
                 step2(model, data)
         finally:
             del sim.forward
 
     # The compiled physics steps (``compiled.py``): the same calls in one numba function.
 
+    def _controller_applies(self, controller: Any) -> bool:
+        """Whether the compiled functions reproduce this controller (robosuite builds one at each
+        reset): robosuite's OSC ``run_controller``, no interpolators, fixed impedance."""
+        return (
+            self.compiled
+            and controller.interpolator_pos is None
+            and controller.interpolator_ori is None
+            and type(controller).run_controller.__qualname__ == "OperationalSpaceController.run_controller"
+            and getattr(controller, "impedance_mode", None) == "fixed"  # else set_goal sets kp and kd from the action
+        )
+
     def _compiled_ok(self, controller: Any) -> bool:
         """Whether this env's physics steps after the first run compiled: the kernel builds, the
         controller is the one it reproduces, and (checked once per env) its torques at the live
         state are robosuite's bit for bit."""
-        if not self.compiled or controller.interpolator_pos is not None or controller.interpolator_ori is not None:
-            return False
-        if type(controller).run_controller.__qualname__ != "OperationalSpaceController.run_controller":
+        if not self._controller_applies(controller):
             return False
         kernel = compiled_kernel()
         if kernel is None:
@@ -264,10 +285,54 @@ class _ControlLoop:
             out["torques"] = s[s.shape[0] - k:]
         return out
 
-    def _policy_control(self, controller: Any, action: np.ndarray) -> None:
-        """robosuite's own ``robot.control`` of the policy step (the controller's goal, the torques,
-        the gripper, the robot's buffers) with the controller's ``update`` and ``run_controller``
-        compiled: the attributes they leave are set as robosuite sets them."""
+    def _compiled_step(self, controller: Any, action: np.ndarray, gripper_step: np.ndarray, n_physics: int, sample_at: int,
+                       point: Any) -> bool:
+        """The whole env step in two compiled calls, where the compiled loop and policy step apply
+        and were checked: ``begin_step`` (``mj_step1`` and the controller's ``update``), robosuite's
+        own ``set_goal``, ``env_step`` (the rest of ``robot.control``, ``mj_step2``, physics steps
+        2..n); then the attributes robosuite leaves. robosuite's forward pass before the policy
+        step, whose acceleration stage only its force and torque buffer reads, is not run: that
+        buffer computes its values from the recorded state when read (``LazyForceTorques``).
+        False (nothing done) where this does not apply: a state ``mj_step`` would reset, a
+        controller or buffers the compiled step does not reproduce."""
+        if not controller.new_update or not self._controller_applies(controller):
+            return False
+        policy = self._policy_step()
+        if policy.checked is not True or not policy.applies():
+            return False
+        kernel = compiled_kernel()
+        args = self._control_args(controller)
+        forces_at = np.empty(self._state_size)  # the state the force and torque buffer computes its values from
+        if not kernel.begin_step(*args, forces_at, self._integration):
+            return False
+        state = args[_STATE]
+        controller.ee_pos, controller.ee_ori_mat = state[0:3], state[3:12].reshape(3, 3)  # what set_goal reads; replaced below
+        controller.new_update = False  # set_goal's update() is then a no-op
+        controller.set_goal(action[: controller.control_dim])
+        args = self._control_args(controller)
+        gripper = self.robot.gripper
+        rest = self._actuator_args(controller, gripper, gripper_step)
+        capture = 2 <= sample_at <= n_physics
+        kernel.env_step(
+            *args, *rest, *policy.arguments(), n_physics - 1, sample_at - 2 if capture else -1, point.state if capture else _NO_STATE,
+            np.int32(int(point.spec) if capture else 0),
+        )
+        if capture:
+            point.pending = True  # what point.capture() leaves
+        for name, value in self._controller_state(controller, state).items():
+            setattr(controller, name, value)
+        controller.new_update = True  # what run_controller leaves
+        k = len(controller.qvel_index)
+        self.robot.torques = rest[9] if n_physics > 1 else policy._pending[0][k:2 * k]
+        gripper.current_action = rest[4]
+        policy.push(action, forces_at)
+        return True
+
+    def _policy_control(self, controller: Any, action: np.ndarray, gripper_step: np.ndarray) -> None:
+        """robosuite's ``robot.control`` of the policy step (the controller's goal, the torques, the
+        gripper, the robot's buffers): ``set_goal`` robosuite's own, the rest compiled
+        (``policy_step.py``; robosuite's own where that does not apply or before it is checked,
+        which it is here once per env)."""
         if not controller.new_update:
             # update() is then a no-op in robosuite (after a reset, the controller keeps what it
             # read before the init state was set): its own arithmetic on what the controller holds
@@ -279,9 +344,32 @@ class _ControlLoop:
         for name, value in self._controller_state(controller, args[_STATE], torques=False).items():
             setattr(controller, name, value)
         controller.new_update = False
+        policy = self._policy_step()
+        if not policy.applies():
+            self._robot_control(controller, kernel, action)
+            return
+
+        def step() -> None:
+            controller.set_goal(action[: controller.control_dim])
+            policy.run(kernel, self._control_args(controller), self._actuator_args(controller, self.robot.gripper, gripper_step), action)
+
+        if policy.checked is None:  # once per env: the compiled step against robosuite's, from the same state
+            if not policy.check(step, lambda: self._robot_control(controller, kernel, action)):
+                warnings.warn(
+                    "fastenv: the compiled policy step differs from robosuite's robot.control on this machine (another numpy, "
+                    "BLAS, numba or robosuite build): this env runs robosuite's policy step",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return
+        step()
+
+    def _robot_control(self, controller: Any, kernel: Any, action: np.ndarray) -> None:
+        """robosuite's own ``robot.control`` of the policy step, after the compiled ``update``,
+        with ``run_controller`` compiled."""
 
         def run_controller() -> np.ndarray:
-            # its update() is a no-op after set_goal's: the attributes above stay, torques come
+            # its update() is a no-op after set_goal's: the attributes stay, torques come
             controller.torques = kernel.control(*self._control_args(controller))  # with the goal set_goal set
             controller.new_update = True  # what run_controller leaves
             return controller.torques
@@ -292,29 +380,36 @@ class _ControlLoop:
         finally:
             del controller.run_controller
 
+    def _policy_step(self) -> PolicyStep:
+        if self._policy is None:
+            self._policy = PolicyStep(self.robot, self.data)
+        return self._policy
+
     def _physics_args(self, controller: Any, gripper: Any, gripper_step: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """``physics_steps``' arguments after ``count`` and ``step_last``: the controller's
         (``_control_args``), then the actuators' and the gripper's (its command and the robot's
         torques are written into fresh arrays, items 4 and 9)."""
-        rest = (
+        return self._control_args(controller), self._actuator_args(controller, gripper, gripper_step)
+
+    def _actuator_args(self, controller: Any, gripper: Any, gripper_step: np.ndarray) -> tuple[Any, ...]:
+        return (
             self.data.ctrl, self.torque_low, self.torque_high, gripper_step, np.array(gripper.current_action, dtype=np.float64),
             self._gripper_index, self.gripper_bias, self.gripper_weight, self._arm_index, np.empty(len(controller.qvel_index)),
         )
-        return self._control_args(controller), rest
 
-    def _run_compiled(self, controller: Any, gripper: Any, gripper_step: np.ndarray, n_physics: int, sample_at: int, capture: Any) -> None:
-        """Physics steps 2..n as the Python loop runs them, compiled; ``capture()`` before step
-        ``sample_at``; the controller, robot and gripper left as robosuite leaves them."""
-        physics_steps = compiled_kernel().physics_steps
+    def _run_compiled(self, controller: Any, gripper: Any, gripper_step: np.ndarray, n_physics: int, sample_at: int, point: Any) -> None:
+        """Physics steps 2..n as the Python loop runs them, compiled; ``point.capture()``'s record
+        before the ``mj_step2`` of step ``sample_at``; the controller, robot and gripper left as
+        robosuite leaves them."""
         args, rest = self._physics_args(controller, gripper, gripper_step)
         current_action, robot_torques = rest[4], rest[9]
-        first = 2
-        if 2 <= sample_at <= n_physics:  # up to that step's actuator writes; capture; its mj_step2
-            physics_steps(sample_at - 1, False, *args, *rest)
-            capture()  # records MuJoCo's state only
-            self.mujoco.mj_step2(self.model, self.data)
-            first = sample_at + 1
-        physics_steps(n_physics - first + 1, True, *args, *rest)
+        capture = 2 <= sample_at <= n_physics
+        compiled_kernel().physics_steps(
+            n_physics - 1, True, *args, *rest, sample_at - 2 if capture else -1, point.state if capture else _NO_STATE,
+            np.int32(int(point.spec) if capture else 0),
+        )
+        if capture:
+            point.pending = True  # what point.capture() leaves
         for name, value in self._controller_state(controller, args[_STATE]).items():
             setattr(controller, name, value)
         controller.new_update = True  # what run_controller leaves
@@ -323,6 +418,7 @@ class _ControlLoop:
 
 
 _STATE = 16  # where ``_control_args`` puts the state buffer
+_NO_STATE = np.empty(0)
 _CONTROLLER_STATE = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full",
                      "mass_matrix", "torques", "new_update")  # what update() and run_controller() set
 _RK4 = 1  # mjINT_RK4
