@@ -215,6 +215,32 @@ def test_a_compiled_loop_that_disagrees_falls_back_to_the_python_loop(monkeypatc
         python.close()
 
 
+def test_the_first_step_after_a_reset_runs_compiled_on_what_the_controller_holds(monkeypatch):
+    # After a reset robosuite's controller keeps what it read before the init state was set (its
+    # update() is a no-op at the first policy step); the compiled env step computes with those
+    # attributes, as robosuite does: the steps after an in-place reset equal robosuite's loop.
+    from fastenv.backends.libero import compiled as compiled_module
+
+    given = []
+    real = compiled_module.Kernel.env_step
+    monkeypatch.setattr(compiled_module.Kernel, "env_step", lambda self, *args: (given.append(args[-1] is not None), real(self, *args))[1])
+    fast, stock = _fast_and_stock("libero_goal", 7)
+    actions = np.random.default_rng(4).uniform(-1, 1, (16, 7)).astype(np.float32)
+    try:
+        for k, action in enumerate(actions):
+            if k in (6, 11):
+                for adapter in (fast, stock):
+                    adapter.reset(seed=k, options={"init_state_id": k % 10}, rng=np.random.default_rng(k))
+            assert fast.substep(action) == stock.substep(action), f"reward/flags differ at step {k}"
+            for name in ("qpos", "qvel", "qacc_warmstart", "ctrl"):
+                assert np.array_equal(getattr(fast._raw.sim.data, name), getattr(stock._raw.sim.data, name)), f"{name} after {k + 1}"
+            assert_same_robot_state(fast._raw, stock._raw)
+        assert given.count(True) == 2  # the first step after each reset, compiled
+    finally:
+        fast.close()
+        stock.close()
+
+
 def test_the_force_and_torque_buffer_computes_robosuites_values_when_read():
     # A compiled env step records the state its policy step starts from; the robot's buffer of
     # end-effector force and torque computes the sensors there when read. It is robosuite's

@@ -16,40 +16,31 @@ from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, o
 from robosuite.utils.transform_utils import mat2quat
 
 
-@intrinsic
-def c_call(typingctx, address, args):
-    """Call the C function at ``address`` (void result) with the values of the tuple ``args``,
-    each passed as its numba type's machine type (``uintp`` for pointers, ``int32`` for C's int)."""
-    if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
-        return None
-    signature = types.void(address, args)
+def _caller(result: types.Type, name: str):
+    """An intrinsic that calls the C function at an address (an integer) with the values of a
+    tuple, each passed as its numba type's machine type (``uintp`` for pointers, ``int32`` for
+    C's int), and returns its ``result`` (``types.void``: nothing)."""
 
-    def codegen(context, builder, sig, llargs):
-        address_value, packed = llargs
-        values = [builder.extract_value(packed, i) for i in range(len(sig.args[1]))]
-        function_type = ir.FunctionType(ir.VoidType(), [context.get_value_type(t) for t in sig.args[1]])
-        builder.call(builder.inttoptr(address_value, function_type.as_pointer()), values)
-        return context.get_dummy_value()
+    def typer(typingctx, address, args):
+        if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
+            return None
 
-    return signature, codegen
+        def codegen(context, builder, sig, llargs):
+            address_value, packed = llargs
+            values = [builder.extract_value(packed, i) for i in range(len(sig.args[1]))]
+            returns = ir.VoidType() if result == types.void else context.get_value_type(result)
+            function_type = ir.FunctionType(returns, [context.get_value_type(t) for t in sig.args[1]])
+            value = builder.call(builder.inttoptr(address_value, function_type.as_pointer()), values)
+            return context.get_dummy_value() if result == types.void else value
 
+        return result(address, args), codegen
 
-@intrinsic
-def c_call_double(typingctx, address, args):
-    """``c_call`` for a C function that returns a double."""
-    if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
-        return None
-    signature = types.float64(address, args)
-
-    def codegen(context, builder, sig, llargs):
-        address_value, packed = llargs
-        values = [builder.extract_value(packed, i) for i in range(len(sig.args[1]))]
-        function_type = ir.FunctionType(ir.DoubleType(), [context.get_value_type(t) for t in sig.args[1]])
-        return builder.call(builder.inttoptr(address_value, function_type.as_pointer()), values)
-
-    return signature, codegen
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
+c_call = _caller(types.void, "c_call")
+c_call_double = _caller(types.float64, "c_call_double")
 
 
 ROW_MAJOR, COL_MAJOR, NO_TRANS = np.int32(101), np.int32(102), np.int32(111)
@@ -250,11 +241,11 @@ MAX_VALUE = 1e10  # mjMAXVAL: mj_checkPos and mj_checkVel reset a state with a N
 
 @numba.njit(cache=True)
 def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
-               kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, recorded, spec):
+               kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, recorded, spec, update):
     """The start of an env step on a state ``mj_step``'s checks pass (no NaN, nothing beyond
     mjMAXVAL; else False, nothing done): ``mj_getState`` records the state ``spec`` names into
-    ``recorded``, then ``mj_step1`` (position and velocity stages) and the controller's ``update``
-    (its attributes into ``state``, see ``control``)."""
+    ``recorded``, then ``mj_step1`` (position and velocity stages) and, with ``update``, the
+    controller's ``update`` (its attributes into ``state``, see ``control``)."""
     for v in qpos:
         if not abs(v) <= MAX_VALUE:
             return False
@@ -263,31 +254,17 @@ def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, s
             return False
     c_call(mj[4], (model, data, recorded.ctypes.data, spec))  # mj_getState
     c_call(mj[0], (model, data))  # mj_step1
-    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
+    if update:
+        _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
     return True
 
 
 @numba.njit(cache=True)
-def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos,
-                goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
-                ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
-                joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish):
-    """robosuite's ``robot.control(action, policy_step=True)`` after the controller's ``set_goal``,
-    at the live state after its position and velocity stages: ``run_controller``'s torques, the
-    actuation (``_actuate``) and the values the robot's buffers receive (its force and torque
-    sensors' only after a whole forward pass); with ``finish`` (after ``mj_step1``), then
-    ``mj_step2``. ``state`` receives the controller's attributes (see ``control``).
-
-    ``out`` receives, in order: the controller's torques (k), robot.torques (k), the copy of
-    them ``recent_torques`` keeps (k), then what ``recent_qpos`` (the joint positions),
-    ``recent_ee_forcetorques`` (6), ``recent_ee_pose`` (ee_pos and ``mat2quat`` of ee_ori_mat,
-    7), ``recent_ee_vel`` (6) and ``recent_ee_acc`` (6) receive. ``vel_buffer`` (the ring
-    buffer of ee velocities) gets the velocity in row ``vel_at``; the acceleration is
-    robosuite's: ``acc_current`` above ``control_freq * np.diff(vel_buffer)``, each column
-    convolved with ``weights`` (``np.convolve`` of equal lengths: one ``ddot``, added to 0.0 as
-    numpy's dot loop does)."""
+def _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
+            ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+            joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish):
+    # policy_step on the controller's attributes ``read``
     k = qvel_index.shape[0]
-    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
     torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
     _store(state, read)
     state[state.shape[0] - k:] = torques
@@ -328,16 +305,48 @@ def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, 
 
 
 @numba.njit(cache=True)
+def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos,
+                goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+                ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+                joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish):
+    """robosuite's ``robot.control(action, policy_step=True)`` after the controller's ``set_goal``,
+    at the live state after its position and velocity stages: ``run_controller``'s torques, the
+    actuation (``_actuate``) and the values the robot's buffers receive (its force and torque
+    sensors' only after a whole forward pass); with ``finish`` (after ``mj_step1``), then
+    ``mj_step2``. ``state`` receives the controller's attributes (see ``control``).
+
+    ``out`` receives, in order: the controller's torques (k), robot.torques (k), the copy of
+    them ``recent_torques`` keeps (k), then what ``recent_qpos`` (the joint positions),
+    ``recent_ee_forcetorques`` (6), ``recent_ee_pose`` (ee_pos and ``mat2quat`` of ee_ori_mat,
+    7), ``recent_ee_vel`` (6) and ``recent_ee_acc`` (6) receive. ``vel_buffer`` (the ring
+    buffer of ee velocities) gets the velocity in row ``vel_at``; the acceleration is
+    robosuite's: ``acc_current`` above ``control_freq * np.diff(vel_buffer)``, each column
+    convolved with ``weights`` (``np.convolve`` of equal lengths: one ``ddot``, added to 0.0 as
+    numpy's dot loop does)."""
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+    _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
+            ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+            joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish)
+
+
+@numba.njit(cache=True)
 def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
              kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
              ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
              joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
-             count, capture_at, captured, capture_spec):
+             count, capture_at, captured, capture_spec, given):
     """The rest of an env step after ``begin_step`` and the controller's ``set_goal``: the policy
-    step and its ``mj_step2`` (``policy_step``), then ``count`` more physics steps
-    (``physics_steps``, recording the state before the ``mj_step2`` of step ``capture_at``)."""
-    policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
-                kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+    step and its ``mj_step2`` (``policy_step``; on the controller's attributes ``given`` where
+    its ``update`` is a no-op, else as ``update`` reads them now), then ``count`` more physics
+    steps (``physics_steps``, recording the state before the ``mj_step2`` of step
+    ``capture_at``)."""
+    if given is None:
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+        _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
+                ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+                joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
+    else:
+        _policy(mj, blas, given, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
                 ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
     physics_steps(mj, blas, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,

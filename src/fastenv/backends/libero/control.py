@@ -295,19 +295,25 @@ class _ControlLoop:
         buffer computes its values from the recorded state when read (``LazyForceTorques``).
         False (nothing done) where this does not apply: a state ``mj_step`` would reset, a
         controller or buffers the compiled step does not reproduce."""
-        if not controller.new_update or not self._controller_applies(controller):
+        if not self._controller_applies(controller):
             return False
         policy = self._policy_step()
         if policy.checked is not True or not policy.applies():
             return False
+        # After a reset robosuite's controller holds what it read before the init state was set
+        # (new_update is False: its update() is a no-op), and the policy step computes with that.
+        given = None if controller.new_update else _attributes(controller)
+        if given is False:
+            return False
         kernel = compiled_kernel()
         args = self._control_args(controller)
         forces_at = np.empty(self._state_size)  # the state the force and torque buffer computes its values from
-        if not kernel.begin_step(*args, forces_at, self._integration):
+        if not kernel.begin_step(*args, forces_at, self._integration, given is None):
             return False
         state = args[_STATE]
-        controller.ee_pos, controller.ee_ori_mat = state[0:3], state[3:12].reshape(3, 3)  # what set_goal reads; replaced below
-        controller.new_update = False  # set_goal's update() is then a no-op
+        if given is None:
+            controller.ee_pos, controller.ee_ori_mat = state[0:3], state[3:12].reshape(3, 3)  # what set_goal reads; replaced below
+            controller.new_update = False  # set_goal's update() is then a no-op
         controller.set_goal(action[: controller.control_dim])
         args = self._control_args(controller)
         gripper = self.robot.gripper
@@ -315,7 +321,7 @@ class _ControlLoop:
         capture = 2 <= sample_at <= n_physics
         kernel.env_step(
             *args, *rest, *policy.arguments(), n_physics - 1, sample_at - 2 if capture else -1, point.state if capture else _NO_STATE,
-            np.int32(int(point.spec) if capture else 0),
+            np.int32(int(point.spec) if capture else 0), given,
         )
         if capture:
             point.pending = True  # what point.capture() leaves
@@ -392,8 +398,12 @@ class _ControlLoop:
         return self._control_args(controller), self._actuator_args(controller, gripper, gripper_step)
 
     def _actuator_args(self, controller: Any, gripper: Any, gripper_step: np.ndarray) -> tuple[Any, ...]:
+        # the gripper's command as robosuite's next format_action leaves it: a fresh gripper's
+        # (one value) broadcast against the two-valued step, as numpy's addition does
+        current = np.asarray(gripper.current_action, dtype=np.float64)
+        current = np.array(np.broadcast_to(current, np.broadcast_shapes(current.shape, gripper_step.shape)))
         return (
-            self.data.ctrl, self.torque_low, self.torque_high, gripper_step, np.array(gripper.current_action, dtype=np.float64),
+            self.data.ctrl, self.torque_low, self.torque_high, gripper_step, current,
             self._gripper_index, self.gripper_bias, self.gripper_weight, self._arm_index, np.empty(len(controller.qvel_index)),
         )
 
@@ -418,6 +428,17 @@ class _ControlLoop:
 
 
 _STATE = 16  # where ``_control_args`` puts the state buffer
+_READ = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full", "mass_matrix")
+
+
+def _attributes(controller: Any) -> tuple[np.ndarray, ...] | bool:
+    """What the controller's ``update`` set (the compiled functions' ``read``), or False where
+    they are not the float arrays robosuite makes."""
+    values = tuple(getattr(controller, name, None) for name in _READ)
+    ndims = (1, 2, 1, 1, 1, 1, 2, 2, 2, 2)
+    if all(isinstance(v, np.ndarray) and v.dtype == np.float64 and v.ndim == n for v, n in zip(values, ndims)):
+        return values
+    return False
 _NO_STATE = np.empty(0)
 _CONTROLLER_STATE = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full",
                      "mass_matrix", "torques", "new_update")  # what update() and run_controller() set
