@@ -1,7 +1,8 @@
-"""Vector-env overhead: 8 CartPole envs, fastenv (2 workers) vs Gymnasium, SB3 and PufferLib.
+"""Vector-env overhead: 8 CartPole envs, fastenv (2 workers, 1 worker) vs Gymnasium, SB3 and PufferLib.
 
 The vector envs are timed in interleaved rounds (each built, timed and closed in turn) so the
-ratios are measured side by side. Writes JSON (medians, ratios) to --out.
+ratios are measured side by side. Writes JSON (medians, ratios, fastenv against PufferLib's best
+row when PufferLib is importable) to --out.
 
     python benchmarks/bench_vector_overhead.py --rounds 5 --steps 2000
 """
@@ -98,13 +99,16 @@ def _pufferlib_multiprocessing(num_workers: int):
 CANDIDATES: dict[str, Callable] = {
     "gymnasium AsyncVectorEnv (8 processes)": gymnasium_async,
     "fastenv PipelineVectorEnv (2 workers)": fastenv_pipeline(2),
+    "fastenv PipelineVectorEnv (1 worker)": fastenv_pipeline(1),
     "gymnasium SyncVectorEnv (1 process)": gymnasium_sync,
     "SB3 SubprocVecEnv (8 processes)": sb3_subproc,
     "PufferLib Multiprocessing (2 workers)": pufferlib_multiprocessing(2),
     "PufferLib Multiprocessing (1 worker)": pufferlib_multiprocessing(1),
 }
 BASELINE = "gymnasium AsyncVectorEnv (8 processes)"
+# The default layout on 2 cores (the most workers up to the CPU count that divide the envs).
 FASTENV = "fastenv PipelineVectorEnv (2 workers)"
+PUFFERLIB = ("PufferLib Multiprocessing (2 workers)", "PufferLib Multiprocessing (1 worker)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -169,6 +173,16 @@ def main(argv: list[str] | None = None) -> dict:
         f"\nfastenv / gymnasium AsyncVectorEnv: {payload['fastenv_vs_async']:.2f}x of medians, "
         f"{payload['fastenv_vs_async_per_round']:.2f}x median of per-round ratios"
     )
+    puffer = [name for name in PUFFERLIB if name in samples]
+    if puffer:
+        best = max(puffer, key=lambda name: statistics.median(samples[name]))
+        payload["pufferlib_best"] = best
+        payload["fastenv_vs_pufferlib_best"] = statistics.median(samples[FASTENV]) / statistics.median(samples[best])
+        payload["fastenv_vs_pufferlib_best_per_round"] = statistics.median(f / p for f, p in zip(samples[FASTENV], samples[best]))
+        print(
+            f"fastenv / {best}: {payload['fastenv_vs_pufferlib_best']:.2f}x of medians, "
+            f"{payload['fastenv_vs_pufferlib_best_per_round']:.2f}x median of per-round ratios"
+        )
     print(f"wrote {write_json(args.out, payload)}")
     return payload
 

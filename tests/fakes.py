@@ -171,19 +171,29 @@ class RandomLengthEnv(gym.Env):
         return self._obs(), reward, done and not self.ends_by_truncation, done and self.ends_by_truncation, info
 
 
+class QuietEnv(RandomLengthEnv):
+    """RandomLengthEnv whose resets and steps give empty infos (as most Gymnasium envs do)."""
+
+    def reset(self, *, seed=None, options=None):
+        return super().reset(seed=seed, options=options)[0], {}
+
+    def step(self, action):
+        return (*super().step(action)[:4], {})
+
+
 class GateEnv(gym.Env):
     """Steps wait while the file ``gate`` exists (set up by a test), then continue.
 
     Lets tests hold an env mid-step in a worker without timing assumptions. ``raise_at`` makes
-    the step with that index raise.
+    the step with that index raise; a step that waits at the gate first creates ``entered``.
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, gate: str | None = None, raise_at: int | None = None) -> None:
+    def __init__(self, gate: str | None = None, raise_at: int | None = None, entered: str | None = None) -> None:
         self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float64)
         self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.gate, self.raise_at = gate, raise_at
+        self.gate, self.raise_at, self.entered = gate, raise_at, entered
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -194,6 +204,8 @@ class GateEnv(gym.Env):
         import os
         import time
 
+        if self.entered is not None and self.gate is not None and os.path.exists(self.gate):
+            open(self.entered, "w").close()
         while self.gate is not None and os.path.exists(self.gate):
             time.sleep(0.01)
         self.t += 1

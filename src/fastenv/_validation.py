@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ def check_real_array(action: Any, shape: tuple[int, ...], what: str) -> np.ndarr
         )
     if array.shape != shape:
         raise ValueError(f"{what} must have shape {shape}, got shape {array.shape}")
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
+    if array.dtype.kind == "f" and np.count_nonzero(np.isfinite(array)) != array.size:  # (.all() costs more)
         bad = np.argwhere(~np.isfinite(array))[0].tolist()
         raise ValueError(f"{what} must be finite, got {array[tuple(bad)]} at index {tuple(bad)}")
     return array
@@ -70,6 +70,42 @@ def check_action(action: Any, space: spaces.Space, what: str = "action") -> Any:
     if not space.contains(action):
         raise ValueError(f"{what} {action!r} is not an element of {space}")
     return action
+
+
+_SMALL = 64  # batches up to this many actions are checked element by element in Python
+
+
+def batch_action_checker(space: spaces.Space) -> Callable[..., Any]:
+    """``check_batch_actions`` for one space, with the space's type tests done once.
+
+    Returns ``check(actions, count, what="actions")``. A batch that passes the quick test of a
+    Discrete or Box space is returned as ``check_batch_actions`` would; any other goes through
+    ``check_batch_actions`` itself (so its errors are that function's).
+    """
+    if type(space) is spaces.Discrete:
+        low, high = space.start, space.start + space.n
+
+        def check_discrete(actions: Any, count: int, what: str = "actions") -> Any:
+            array = np.asarray(actions)
+            if array.shape == (count,) and array.dtype.kind in "iub" and count <= _SMALL:
+                values = array.tolist()  # a few numbers: Python's min and max cost less than numpy's calls
+                if low <= min(values) and max(values) < high:
+                    return array
+            return check_batch_actions(actions, space, count, what)
+
+        return check_discrete
+    if type(space) is spaces.Box:
+        shape = space.shape
+
+        def check_box(actions: Any, count: int, what: str = "actions") -> Any:
+            return check_real_array(actions, (count, *shape), what)
+
+        return check_box
+
+    def check_any(actions: Any, count: int, what: str = "actions") -> Any:
+        return check_batch_actions(actions, space, count, what)
+
+    return check_any
 
 
 def check_batch_actions(actions: Any, space: spaces.Space, count: int, what: str = "actions") -> Any:
@@ -107,7 +143,7 @@ def check_batch_actions(actions: Any, space: spaces.Space, count: int, what: str
         else:
             low, high = 0, 2
         bad = (array < low) | (array >= high)
-        if bad.any():
+        if np.count_nonzero(bad):
             index = tuple(np.argwhere(bad)[0].tolist())
             raise ValueError(f"{what}{list(index)} = {array[index]} is outside {space}")
         return array

@@ -24,7 +24,7 @@ class NumpyOps:
         return np.asarray(rows, dtype=np.int64)
 
     def nonzero(self, mask: np.ndarray) -> np.ndarray:
-        return np.flatnonzero(mask)
+        return mask.ravel().nonzero()[0]  # np.flatnonzero, without its Python-level calls
 
     def full_like_rows(self, value: np.ndarray, rows: int) -> np.ndarray:
         return np.zeros((rows, *np.shape(value)[1:]), dtype=np.asarray(value).dtype)

@@ -217,18 +217,33 @@ class EnvBatch:
             rewards, terminated, truncated, infos = self.substep(rows, actions)
             return self.observe(rows), rewards, terminated, truncated, infos
         m = len(rows)
-        rewards, terminated, truncated = np.empty(m), np.empty(m, dtype=bool), np.empty(m, dtype=bool)
-        obs, infos = [], []
+        obs, rewards, terminated, truncated, infos = [], [], [], [], []
+        envs = self.envs
+        # A plain array's rows are what view_row gives; iterating it is cheaper than indexing it.
+        per_row = actions if isinstance(actions, np.ndarray) else [view_row(actions, i) for i in range(m)]
         row = -1
         try:
-            for i, row in enumerate(rows.tolist()):
-                o, rewards[i], terminated[i], truncated[i], info = self.envs[row].step(view_row(actions, i))
+            for row, action in zip(rows.tolist(), per_row):
+                o, r, term, trunc, info = envs[row].step(action)
                 obs.append(o)
+                rewards.append(r)
+                terminated.append(term)
+                truncated.append(trunc)
                 infos.append(info)
         except Exception:
             self.failed_row = row  # the exception goes on unchanged; a worker reports which env raised
             raise
-        return obs, rewards, terminated, truncated, infos
+        # One conversion per field (the values an element-wise write into float64 / bool arrays gives).
+        try:
+            return obs, np.fromiter(rewards, np.float64, m), np.fromiter(terminated, np.bool_, m), np.fromiter(truncated, np.bool_, m), infos
+        except (TypeError, ValueError):  # name the env that returned what does not convert
+            for row, r, term, trunc in zip(rows.tolist(), rewards, terminated, truncated):
+                try:
+                    float(r), bool(term), bool(trunc)
+                except (TypeError, ValueError):
+                    self.failed_row = row
+                    raise
+            raise
 
     def observe(self, rows: np.ndarray) -> list:
         row = -1

@@ -207,7 +207,7 @@ class Executor:
                 self._returns[rows] += rewards
                 self._lengths[rows] += 1
             result = StepResult(obs, rewards, terminated, truncated, infos, terminated | truncated)
-            if result.ended.any():
+            if np.count_nonzero(result.ended):  # an unbatched simulator's flags are numpy arrays; .any() costs more
                 store = self._store(len(rows), self.ops)
                 store.obs, store.infos = obs, infos
                 self._end_episodes(rows, store, result)

@@ -9,6 +9,7 @@ is the vector env's side of it, mixed into ``PipelineVectorEnv``, which builds t
 from __future__ import annotations
 
 import enum
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from fastenv.vector.transport import Transport, Worker, WorkerError
 
 IDLE, PENDING, READY = 0, 1, 2  # no action in flight / action sent / result arrived, not yet received
 _EMPTY: dict = {}  # shared, never mutated: the info of an env that reported none
+_NOTHING = (_EMPTY, None)  # (info, final info) of an env whose step reported neither
 
 
 class Restart(enum.IntEnum):
@@ -55,6 +57,21 @@ class _Command:
     done: bool = False
 
 
+def _rows_of(dtypes: dict[str, Any] | None, gids: list[int]) -> dict[str, Any] | None:
+    """A step's action ``dtypes`` for one worker: rows sent along with the command cut to its envs."""
+    if dtypes is None:
+        return None
+    return {path: given if isinstance(given, np.dtype) else given[gids] for path, given in dtypes.items()}
+
+
+def _only_ended(entries: list[tuple[int, dict, dict | None]]) -> bool:
+    """True when a step reply lists only ended episodes with empty infos (as the mailbox's slot carries them)."""
+    for _, info, final in entries:
+        if info or final is None or final:
+            return False
+    return True
+
+
 class _WorkerDispatch:
     """Commands to the workers and their replies (mixed into ``PipelineVectorEnv``).
 
@@ -78,6 +95,9 @@ class _WorkerDispatch:
     _ready_queue: deque[int]
     _seed_base: int | None
     _all_ids: np.ndarray
+    _busy_envs: int
+    _fresh: set[int]
+    spin_wait: float
 
     # -- commands -------------------------------------------------------------------------------
     def _new_command(self, worker: Worker, kind: str, gids: list[int], per_env: bool = False) -> int:
@@ -109,6 +129,8 @@ class _WorkerDispatch:
 
     def _split(self, gids: np.ndarray) -> list[tuple[Worker, list[int]]]:
         """``gids`` grouped by worker (cached for the whole batch and for each stage)."""
+        if gids is self._all_ids:  # step(): no key to build, no ids to compare
+            return self._groups[(0, self.num_envs)]
         key = (int(gids[0]), len(gids)) if len(gids) in self._group_sizes else None
         groups = self._groups.get(key) if key is not None else None
         if groups is None or not np.array_equal(gids, self._group_ids[key]):
@@ -120,26 +142,95 @@ class _WorkerDispatch:
     def _dispatch_steps(self, gids: np.ndarray, per_env: bool, dtypes: dict[str, Any] | None) -> None:
         """Send step commands (one per worker) for ``gids``, whose actions are in shared memory
         (``dtypes``: how they were given, from ``_write_actions``)."""
+        envs = self._envs
         for gid in gids.tolist():
-            env = self._envs[gid]
+            env = envs[gid]
             env.status, env.by_ids = PENDING, per_env
+        self._busy_envs += len(gids)
         for worker, mine in self._split(gids):
             self._send_step(worker, mine, per_env, dtypes)
 
     def _send_step(self, worker: Worker, gids: list[int], per_env: bool, dtypes: dict[str, Any] | None = None) -> None:
         restarts = {}
-        for gid in gids:
+        for gid in gids if worker.restarts else ():  # only a replaced worker has envs to restart
             env = self._envs[gid]
             if env.restart == Restart.NEXT:
                 # This env's worker was replaced: its action is not run; the env is reset and the
                 # episode reported truncated, marked worker_restarted (a transition that did not happen).
                 env.restart = Restart.RESULT
+                self._fresh.discard(gid)
                 restarts[gid] = self._restart_seed(gid, worker.restarts)
-        if dtypes is not None:  # rows sent along with the command: this worker's only
-            dtypes = {path: given if isinstance(given, np.dtype) else given[gids] for path, given in dtypes.items()}
         cmd = self._new_command(worker, w.STEP, list(gids), per_env)
-        if not self._send(worker, (w.STEP, cmd, tuple(gids), restarts, per_env, dtypes)):
+        if not self._send(worker, (w.STEP, cmd, tuple(gids), restarts, per_env, _rows_of(dtypes, gids))):
             self._restart(worker, f"worker {worker.index} could not be reached")
+
+    def _step_whole(self, dtypes: dict[str, Any] | None) -> list[int] | None:
+        """Step every env, keeping no per-env record while all goes as usual; the envs whose episode ended.
+
+        The common step of fast envs: every env idle, none waiting for a restart, replies that
+        carry no info (``mailbox``'s slots) within ``spin_wait``. Anything else (an info, an
+        error, a dead or slow worker) hands the step to the records: it is then as if
+        ``_dispatch_steps`` had sent it, and None is returned for ``_wait`` and ``_gather`` to finish.
+        """
+        sent: dict[int, tuple[Worker, list[int]]] = {}
+        unreachable = []
+        for worker, mine in self._split(self._all_ids):  # one group per worker, every worker
+            cmd = self._next_cmd
+            self._next_cmd += 1
+            sent[cmd] = (worker, mine)
+            if not self._send(worker, (w.STEP, cmd, tuple(mine), {}, False, _rows_of(dtypes, mine))):
+                unreachable.append(worker)
+        if unreachable:
+            self._adopt(sent, [])
+            for worker in unreachable:
+                self._restart(worker, f"worker {worker.index} could not be reached")
+            return None
+        os.sched_yield()  # a worker sharing this core takes its command now; no reply can be here yet
+        ended: list[int] = []
+        pending = set(sent)
+        busy = self._workers
+        while pending:
+            messages = self._transport.poll(busy, self.spin_wait)
+            if not messages:  # a slow step: the records' wait sleeps, and watches the deadlines
+                self._adopt(sent, ended, pending)
+                return None
+            for i, (worker, message) in enumerate(messages):
+                if message is not None and message[0] == w.STEP and message[1] in pending and _only_ended(message[2]):
+                    pending.discard(message[1])
+                    ended += [gid for gid, _, _ in message[2]]
+                    continue
+                self._adopt(sent, ended, pending)
+                for worker, message in messages[i:]:
+                    if message is None:
+                        self._restart(worker, f"worker {worker.index} died ({self._transport.describe_exit(worker)})")
+                    else:
+                        self._handle(worker, message)
+                return None
+            if pending and len(self._workers) > 1:
+                busy = [sent[cmd][0] for cmd in pending]
+        return ended
+
+    def _adopt(self, sent: dict[int, tuple[Worker, list[int]]], ended: list[int], pending: set[int] | None = None) -> None:
+        """Record a ``_step_whole`` step as ``_dispatch_steps`` would have: the commands still
+        ``pending`` (all when None) in flight, the others' envs arrived (``ended``: those whose
+        episode ended, with empty infos)."""
+        now = time.monotonic()
+        envs = self._envs
+        for cmd, (worker, mine) in sent.items():
+            if pending is None or cmd in pending:
+                self._commands[cmd] = _Command(worker.index, w.STEP, list(mine), False)
+                if not worker.commands:
+                    worker.deadline = now + self.step_timeout
+                worker.commands.add(cmd)
+                status = PENDING
+            else:
+                status = READY
+            for gid in mine:
+                env = envs[gid]
+                env.status, env.by_ids, env.info, env.final = status, False, _EMPTY, None
+        for gid in ended:
+            envs[gid].final = {}
+        self._busy_envs += self.num_envs
 
     def _restart_seed(self, gid: int, restarts: int) -> int | None:
         if self._seed_base is None:
@@ -177,11 +268,12 @@ class _WorkerDispatch:
             command = self._commands.get(cmd)
             if command is not None:
                 # Only envs with an info or a finished episode are in the reply.
-                got = {gid: (info, final) for gid, info, final in replies}
+                got = {gid: (info, final) for gid, info, final in replies} if replies else {}
+                envs = self._envs
                 for gid in command.gids:
-                    env = self._envs[gid]
-                    if env.error is None:
-                        env.info, env.final = got.get(gid, (_EMPTY, None))
+                    env = envs[gid]
+                    if env.error is None and env.status == PENDING:  # (an env that raised was received already)
+                        env.info, env.final = got.get(gid, _NOTHING)
                         env.status = READY
                 self._finish(worker, cmd)
         elif kind in (w.RESET, w.RESULT):
@@ -264,6 +356,9 @@ class _WorkerDispatch:
             self._pump(None if deadline is None else deadline - now)
         return True
 
+    def _no_commands(self) -> bool:
+        return not any(worker.commands for worker in self._workers)
+
     def _all_ready(self, gids: list[int]) -> Callable[[], bool]:
         envs = [self._envs[gid] for gid in gids]
         return lambda: all(env.status == READY for env in envs)
@@ -295,6 +390,7 @@ class _WorkerDispatch:
         # Every env of the worker is new: the next action of each resets it instead of running.
         for gid in worker.env_ids.tolist():
             self._envs[gid].restart = Restart.NEXT
+        self._fresh.update(worker.env_ids.tolist())
         for per_env in (False, True):
             gids = [gid for gid, p in lost if p == per_env]
             if gids:

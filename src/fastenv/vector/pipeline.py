@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
 from fastenv import machine
-from fastenv._validation import check_batch_actions, check_positive_int
+from fastenv._validation import batch_action_checker, check_positive_int
 from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.infos import add_info
 from fastenv.vector import profiling
@@ -87,8 +87,9 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         threads_per_worker: cap on each worker's native threads (OMP, MKL, OpenBLAS, llvmpipe,
             torch); None leaves them alone.
         max_restarts: restarts allowed per worker before the failure is raised.
-        spin_wait: seconds a process polls for the next message (yielding its core) before it
-            sleeps; trades a little CPU for much lower latency with fast envs. 0 disables.
+        spin_wait: seconds a process tries for the next message (yielding its core between
+            tries) before it sleeps on its semaphore; a worker on a core of its own then answers
+            in microseconds, and one that shares its core lets the other process run. 0 disables.
         info_format: "gymnasium" (``infos["final_info"]`` is a dict of arrays with ``_key`` masks)
             or "per_env" (an array of N per-env dicts, None where no episode ended: the
             convention of Gymnasium < 1.0 and of CleanRL's scripts).
@@ -194,6 +195,8 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         self.pipeline_stages = self.layout.num_stages
 
         self._envs = [_EnvState() for _ in range(self.num_envs)]
+        self._busy_envs = 0  # envs not idle (sent, or arrived and not yet received): the hot path checks this
+        self._fresh: set[int] = set()  # envs of a replaced worker, to be reset by their next step or reset()
         self._ready_queue: deque[int] = deque()  # envs sent with env_ids whose results arrived, in order
         self._failed: set[int] = set()  # envs that lost their state in a worker error: reset before stepping
         self._commands: dict[int, _Command] = {}
@@ -272,6 +275,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         self._action_leaves = {path: arrays[path] for path, _, _ in specs}  # in their wide dtypes
         self._action_dtypes = {path: dtype for path, _, dtype in specs}
         self._action_dtype = specs[0][2] if specs[0][0] == "actions" else None  # a space of one leaf
+        self._check_actions = batch_action_checker(self.single_action_space)
 
     def _attach(self, worker: Worker) -> None:
         self._transport.attach(worker, self.single_observation_space, self.single_action_space)
@@ -282,6 +286,8 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             raise RuntimeError("this vector env is closed")
 
     def _check_idle(self, gids: np.ndarray, what: str, stepping: bool = True) -> None:
+        if not self._busy_envs and not (stepping and self._failed):
+            return
         busy = [gid for gid in gids.tolist() if self._envs[gid].status != IDLE]
         if busy:
             raise RuntimeError(f"{what}: envs {busy} still have actions in flight; recv() them first")
@@ -299,7 +305,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         None when every leaf has the space's dtype; else, for each leaf that has not, the caller's
         dtype, or its rows (by env id) where the leaf's wide dtype cannot hold them exactly.
         """
-        actions = check_batch_actions(actions, self.single_action_space, len(gids))
+        actions = self._check_actions(actions, len(gids))
         if self._action_dtype is not None and actions.dtype == self._action_dtype:  # the hot path
             self._actions[rows] = actions
             return None
@@ -396,10 +402,18 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         """Step all N envs (plain Gymnasium semantics, SAME_STEP autoreset)."""
         self._check_open()
         gids = self._all_ids
-        self._check_idle(gids, "step()")
+        if self._busy_envs or self._failed:
+            self._check_idle(gids, "step()")
         dtypes = self._write_actions(actions, gids, slice(None))
-        self._dispatch_steps(gids, False, dtypes)
-        self._wait(self._all_ready(gids.tolist()))
+        if not self._fresh:  # (an env of a replaced worker is reset by its next step: the records' path)
+            ended = self._step_whole(dtypes)
+            if ended is not None:
+                return self._gather_whole(ended)
+        else:
+            self._dispatch_steps(gids, False, dtypes)
+        # Every env was idle, so the commands in flight are this step's (and the resends of a
+        # restart): it is done when none is left, which is cheaper to see than every env's status.
+        self._wait(self._no_commands)
         return self._gather(gids, slice(None))
 
     @profiling.timed
@@ -455,6 +469,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             if env.error is not None:
                 errors[gid] = env.error
             env.status, env.error, env.restart, env.info, env.final = IDLE, None, Restart.NONE, _EMPTY, None
+        self._fresh.difference_update(gids.tolist())
         self._failed.difference_update(gids.tolist())
         self._failed.update(errors)  # an env whose reset raised has no state to step from either
         if errors or failures:

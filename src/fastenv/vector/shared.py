@@ -64,17 +64,20 @@ def structure(space: spaces.Space, arrays: Mapping[str, np.ndarray], prefix: str
 class SharedArrays:
     """Named arrays of ``num_rows`` rows in a single shared-memory block.
 
-    The creator owns the block and unlinks it in ``close()``; other processes ``attach`` by name.
+    A spec is (path, per-row shape, dtype), or (path, per-row shape, dtype, rows) for an array of
+    another number of rows. The creator owns the block and unlinks it in ``close()``; other
+    processes ``attach`` by name.
     """
 
-    def __init__(self, specs: list[tuple[str, tuple[int, ...], np.dtype]], num_rows: int, name: str | None = None):
-        self.specs = [(path, tuple(shape), np.dtype(dtype)) for path, shape, dtype in specs]
+    def __init__(self, specs: list[tuple], num_rows: int, name: str | None = None):
+        self.specs = [(path, tuple(shape), np.dtype(dtype), *rows) for path, shape, dtype, *rows in specs]
         self.num_rows = num_rows
-        offsets, total = {}, 0
-        for path, shape, dtype in self.specs:
+        offsets, total, row_counts = {}, 0, {}
+        for path, shape, dtype, *rows in self.specs:
+            row_counts[path] = rows[0] if rows else num_rows
             total = -(-total // _ALIGN) * _ALIGN
             offsets[path] = total
-            total += int(np.prod((num_rows, *shape), dtype=np.int64)) * dtype.itemsize
+            total += int(np.prod((row_counts[path], *shape), dtype=np.int64)) * dtype.itemsize
         self.owner = name is None
         if self.owner:
             name = f"fastenv_{os.getpid()}_{secrets.token_hex(6)}"
@@ -85,8 +88,8 @@ class SharedArrays:
             self._shm = shared_memory.SharedMemory(name=name, create=False)
         self.name = self._shm.name
         self.arrays = {
-            path: np.ndarray((num_rows, *shape), dtype=dtype, buffer=self._shm.buf, offset=offsets[path])
-            for path, shape, dtype in self.specs
+            path: np.ndarray((row_counts[path], *shape), dtype=dtype, buffer=self._shm.buf, offset=offsets[path])
+            for path, shape, dtype, *_ in self.specs
         }
 
     def handle(self) -> tuple[str, list, int]:

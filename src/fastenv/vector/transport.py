@@ -2,7 +2,8 @@
 
 A transport starts and stops workers, carries commands to them and their replies back, and owns
 the arrays the vector env reads results from. ``ProcessTransport`` uses one shared-memory block
-for the arrays and pipes for commands and infos.
+for the arrays and each worker's mailbox (``mailbox``: step commands and replies without infos
+in shared memory, everything else pickled through a pipe, every message counted by a semaphore).
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
+from fastenv.vector import mailbox as mb
 from fastenv.vector import worker as w
 from fastenv.vector.shared import SharedArrays
+
+
+MAILBOX_COMMANDS, MAILBOX_REPLIES = "mailbox/commands", "mailbox/replies"
 
 
 class WorkerError(RuntimeError):
@@ -102,6 +107,7 @@ def child_environment(variables: Mapping[str, str]) -> Iterator[None]:
 class _Process:
     process: Any
     conn: Any
+    mailbox: mb.Mailbox
     note: str = ""  # where the worker writes why it could not start (see worker.check_not_bootstrapping)
 
 
@@ -119,7 +125,7 @@ def _remove(path: str) -> None:
 
 
 class ProcessTransport:
-    """Worker processes on this machine: pipes for commands and infos, one shared-memory block."""
+    """Worker processes on this machine: one shared-memory block, a mailbox per worker."""
 
     def __init__(
         self, context: Any, pipeline_stages: int, threads: int | None, spin_wait: float, worker_environments: Sequence[Mapping[str, str]] = ()
@@ -129,25 +135,32 @@ class ProcessTransport:
         self._stages = pipeline_stages
         self._threads = threads
         self._spin_wait = spin_wait
-        self._poller = select.poll()
+        self._poller = select.poll()  # the pipes: a worker's death hangs up its pipe
         self._fd_worker: dict[int, Worker] = {}
         self._shared: SharedArrays | None = None
+        self._slot_length = 0
+        self._num_workers = 0
+        # Every worker posts it after each message: the one thing a waiting vector env sleeps on.
+        self._wake = context.Semaphore(0)
 
     def start(self, worker: Worker, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
         parent, child = self._ctx.Pipe()
+        inbox, outbox = self._ctx.Semaphore(0), self._ctx.Semaphore(0)
         process = self._ctx.Process(
             target=w.worker_main,
-            args=(w.PickledFns(env_fns), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait),
+            args=(w.PickledFns(env_fns), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait, (inbox, outbox, self._wake)),
             name=f"fastenv-worker-{worker.index}",
             daemon=True,
         )
+        self._slot_length = max(self._slot_length, mb.slot_length(len(worker.env_ids)))
+        self._num_workers = max(self._num_workers, worker.index + 1)
         fd, note = tempfile.mkstemp(prefix="fastenv-worker-note-")
         os.close(fd)
         own = self._worker_environments[worker.index] if worker.index < len(self._worker_environments) else {}
         with child_environment({**w.limit_threads(self._threads), w.MAIN_GUARD_NOTE: note, **own}):
             process.start()
         child.close()
-        worker.handle = _Process(process, parent, note)
+        worker.handle = _Process(process, parent, mb.Mailbox(parent, inbox, outbox, w.STEP, w.ENV), note)
         self._poller.register(parent.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
         self._fd_worker[parent.fileno()] = worker
 
@@ -174,15 +187,19 @@ class ProcessTransport:
         return message[1]
 
     def arrays(self, specs: list, num_envs: int) -> dict[str, np.ndarray]:
-        self._shared = SharedArrays(specs, num_envs)
-        return self._shared.arrays
+        # Each worker's two mailbox slots are a row of these (rows indexed by worker).
+        mailboxes = [(name, (self._slot_length,), np.dtype(np.int64), self._num_workers) for name in (MAILBOX_COMMANDS, MAILBOX_REPLIES)]
+        self._shared = SharedArrays([*specs, *mailboxes], num_envs)
+        return {path: array for path, array in self._shared.arrays.items() if path not in (MAILBOX_COMMANDS, MAILBOX_REPLIES)}
 
     def attach(self, worker: Worker, obs_space: Any, act_space: Any) -> None:
-        worker.handle.conn.send((w.ATTACH, self._shared.handle(), obs_space, act_space))
+        arrays = self._shared.arrays
+        worker.handle.mailbox.attach(arrays[MAILBOX_COMMANDS][worker.index], arrays[MAILBOX_REPLIES][worker.index])
+        self.send(worker, (w.ATTACH, self._shared.handle(), obs_space, act_space, (MAILBOX_COMMANDS, MAILBOX_REPLIES, worker.index)))
 
     def send(self, worker: Worker, message: tuple) -> bool:
         try:
-            worker.handle.conn.send(message)
+            worker.handle.mailbox.send(message)
             return True
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             return False
@@ -190,29 +207,52 @@ class ProcessTransport:
     def poll(self, busy: list[Worker], timeout: float) -> list[tuple[Worker, tuple | None]]:
         """Messages from the busy workers within ``timeout``; (worker, None) for one that died.
 
-        A worker's death closes its end of the pipe, which the poll reports (EOF on read).
+        Takes the messages there are; else tries again for ``spin_wait`` seconds, yielding the
+        core (a process that sleeps takes tens of microseconds to wake, which dominates the step
+        of a fast env); else sleeps until a worker posts, waking now and then to see whether one
+        has died (its pipe hangs up).
         """
-        events = self._poller.poll(0)
-        if not events and self._spin_wait > 0:
-            # Poll without sleeping for a moment, yielding the core: a blocked process takes tens
-            # of microseconds to wake, which dominates the step time of fast envs.
-            end = time.perf_counter() + min(self._spin_wait, timeout)
-            while not events and time.perf_counter() < end:
-                os.sched_yield()
-                events = self._poller.poll(0)
-        if not events:
-            events = self._poller.poll(timeout * 1000.0)
-        out = []
-        for fd, _ in events:
-            worker = self._fd_worker.get(fd)
-            if worker is None:
-                continue  # a restarted worker's old pipe
-            try:
-                out.append((worker, worker.handle.conn.recv()))  # further messages: the next poll
-            except (EOFError, OSError):
-                worker.handle.process.join(1.0)
-                out.append((worker, None))
+        out = self._take(busy)
+        if out:
+            return out
+        now = time.perf_counter()
+        deadline = now + timeout
+        end = now + min(self._spin_wait, timeout)
+        check = now + mb.CHECK_PEER_EVERY
+        while now < end:
+            os.sched_yield()
+            out = self._take(busy)
+            if out:
+                return out
+            now = time.perf_counter()
+            if now > check:  # a long spin_wait still sees a worker die
+                check = now + mb.CHECK_PEER_EVERY
+                if self._hung_up(busy):
+                    break
+        while True:
+            dead = self._hung_up(busy)
+            if dead:
+                out = self._take(busy)  # what they sent before they died comes first
+                for worker in dead:
+                    worker.handle.process.join(1.0)  # so its exit code can be told
+                return out + [(worker, None) for worker in dead]
+            # A token left by a message already taken only makes this loop go round once more.
+            self._wake.acquire(True, max(0.0, min(deadline - time.perf_counter(), mb.CHECK_PEER_EVERY)))
+            out = self._take(busy)
+            if out or time.perf_counter() >= deadline:
+                return out
+
+    def _take(self, busy: list[Worker]) -> list[tuple[Worker, tuple | None]]:
+        out: list[tuple[Worker, tuple | None]] = []
+        for worker in busy:
+            for message in worker.handle.mailbox.take():
+                self._wake.acquire(False)  # one wake token per message, so they do not pile up
+                out.append((worker, message))
         return out
+
+    def _hung_up(self, busy: list[Worker]) -> list[Worker]:
+        hung = {fd for fd, event in self._poller.poll(0) if event & (select.POLLHUP | select.POLLERR)}
+        return [worker for worker in busy if not worker.handle.conn.closed and worker.handle.conn.fileno() in hung]
 
     def alive(self, worker: Worker) -> bool:
         return worker.handle.process.is_alive()

@@ -1,18 +1,16 @@
 """The worker process: holds a slice of envs, steps the ones it is told to, writes to shared memory.
 
-Pipes carry only commands and infos; observations, actions, rewards and flags go through the
-shared block. The envs are stepped by fastenv's executor: a done env is reset in the same step
-(Gymnasium's SAME_STEP autoreset), its final observation written to its row of the
-``final_obs`` arrays.
+Observations, actions, rewards and flags go through the shared block; commands and replies
+through the worker's mailbox (``mailbox``: the common steps in shared memory, the rest pickled).
+The envs are stepped by fastenv's executor: a done env is reset in the same step (Gymnasium's
+SAME_STEP autoreset), its final observation written to its row of the ``final_obs`` arrays.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import signal
 import sys
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,6 +22,7 @@ from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.batch import EnvBatch
 from fastenv.core.executor import Executor
 from fastenv.wrappers.action import ActionChunk
+from fastenv.vector.mailbox import WorkerMailbox
 from fastenv.vector.profiling import ProfileRequest, TimedBatch, Timings
 from fastenv.vector.shared import SharedArrays, leaf_items, leaf_specs, structure, wide_dtype
 
@@ -106,6 +105,7 @@ class WorkerCore:
         self.envs = [fn() for fn in env_fns]
         self.batch, self.executor = batch_executor(self.envs)
         self._index = [np.array([j]) for j in range(len(self.envs))]  # each env as a batch of one row
+        self._index_cache: dict[tuple[int, ...], tuple[np.ndarray, list[int], Any]] = {}
         self.action_space = self.envs[0].action_space
         self.action_dtypes = {path: dtype for path, _, dtype in leaf_specs(self.action_space, "actions")}
         plain = not isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
@@ -142,41 +142,70 @@ class WorkerCore:
         self.obs, self.final_obs, self.actions = obs, final_obs, actions
         self.rewards, self.terminations, self.truncations = rewards, terminations, truncations
 
-    def step(self, gids: Sequence[int], dtypes: dict[str, Any] | None = None) -> list[tuple[int, dict, dict | None]]:
+    def step(self, gids: Sequence[int], dtypes: dict[str, Any] | None = None, *, noteworthy: bool = False) -> list[tuple[int, dict, dict | None]]:
         """Step envs ``gids`` with their action rows, as one batch (autoreset where done).
 
         ``dtypes`` says per action leaf how the caller gave it (see ``action_rows``). Returns
-        (gid, info, final_info or None) per env. When an env raises, the exception goes on and
-        ``batch.failed_row`` says which env it was.
+        (gid, info, final_info or None) per env, or with ``noteworthy`` only for the envs with an
+        info or an ended episode (what a reply to a whole batch carries). When an env raises, the
+        exception goes on and ``batch.failed_row`` says which env it was.
         """
-        local = [self.local[gid] for gid in gids]
-        rows = [self.rows[j] for j in local]
-        out_rows = np.array(rows)
+        local, rows, index = self._indices(gids)
         self.batch.failed_row = -1
-        out = self.executor.step(np.array(local), self.action_rows(out_rows, dtypes))
-        self.rewards[out_rows] = out.rewards
-        self.terminations[out_rows] = out.terminated
-        self.truncations[out_rows] = out.truncated
-        replies = []
-        for i, (gid, row) in enumerate(zip(gids, rows)):
-            final = None
-            if out.ended[i]:
-                put_rows(self.final_obs, row, out.final_obs[i])
-                final = out.final_infos[i]
-            put_rows(self.obs, row, out.obs[i])
-            replies.append((gid, out.infos[i], final))
-        return replies
+        out = self.executor.step(local, self.action_rows(index, dtypes))
+        self.rewards[index] = out.rewards
+        self.terminations[index] = out.terminated
+        self.truncations[index] = out.truncated
+        obs = self.obs
+        if isinstance(obs, np.ndarray):  # one leaf: the rows in one assignment (put_rows walks structures)
+            obs[index] = out.obs
+        else:
+            for row, o in zip(rows, out.obs):
+                put_rows(obs, row, o)
+        ended = out.ended.nonzero()[0].tolist() if np.count_nonzero(out.ended) else []
+        for i in ended:
+            put_rows(self.final_obs, rows[i], out.final_obs[i])
+        infos = out.infos
+        if not noteworthy:
+            finals: list[dict | None] = [None] * len(rows)
+            for i in ended:
+                finals[i] = out.final_infos[i]
+            return list(zip(gids, infos, finals))
+        if not ended and not any(infos):  # the common step: nothing to report
+            return []
+        return [(gid, infos[i], out.final_infos[i] if i in ended else None) for i, gid in enumerate(gids) if infos[i] or i in ended]
 
-    def action_rows(self, rows: np.ndarray, dtypes: dict[str, Any] | None) -> Any:
+    def _indices(self, gids: Sequence[int]) -> tuple[np.ndarray, list[int], Any]:
+        """(local rows, output rows, their index) of ``gids``: a slice where the rows are evenly spaced.
+
+        Kept per group of envs stepped together (stages, the whole worker, single envs), so a
+        step builds no index arrays.
+        """
+        key = tuple(gids)
+        found = self._index_cache.get(key)
+        if found is None:
+            local = [self.local[gid] for gid in key]
+            rows = [self.rows[j] for j in local]
+            stride = rows[1] - rows[0] if len(rows) > 1 else 1
+            if stride > 0 and rows == list(range(rows[0], rows[-1] + 1, stride)):
+                index: Any = slice(rows[0], rows[-1] + 1, stride)  # a view: env i of worker w of W is row w + i*W
+            else:
+                index = np.array(rows)
+            if len(self._index_cache) >= 4 * len(self.envs) + 16:  # arbitrary env_ids subsets: keep it bounded
+                self._index_cache.clear()
+            found = self._index_cache[key] = (np.array(local, dtype=np.int64), rows, index)
+        return found
+
+    def action_rows(self, rows: Any, dtypes: dict[str, Any] | None) -> Any:
         """The actions of ``rows`` exactly as the caller gave them, as SyncVectorEnv hands them on.
 
         The shared buffers hold every leaf in a wide dtype; ``dtypes`` maps a leaf's path to the
         caller's dtype when it is not the space's, or to the rows themselves (aligned with
         ``rows``) when the wide dtype could not hold them exactly. None: the space's dtypes.
         """
-        batch = take_rows(self.actions, rows)
         if dtypes is None and self._action_dtype is not None:  # the hot path: one leaf, the space's dtype
-            return batch.astype(self._action_dtype, copy=False)
+            return self.actions[rows].astype(self._action_dtype)  # a copy: the buffer takes the next step's
+        batch = take_rows(self.actions, rows)
         leaves = {}
         for path, leaf in leaf_items(self.action_space, batch, "actions"):
             given = None if dtypes is None else dtypes.get(path)
@@ -266,21 +295,6 @@ def batch_executor(envs: Sequence[gym.Env]) -> tuple[EnvBatch, Executor]:
     return batch, Executor(batch, autoreset=True)
 
 
-def wait_for_message(poller: Any, spin_wait: float) -> None:
-    """Poll for a message for ``spin_wait`` seconds, yielding the core, then block until one comes.
-
-    ``poller`` is a ``select.poll`` on the pipe (Connection.poll builds a selector per call).
-    """
-    if poller.poll(0):
-        return
-    end = time.perf_counter() + spin_wait
-    while time.perf_counter() < end:
-        os.sched_yield()
-        if poller.poll(0):
-            return
-    poller.poll()
-
-
 def limit_threads(threads: int | None) -> dict[str, str]:
     """Environment variables that cap a worker's native thread pools at ``threads``."""
     if threads is None:
@@ -309,30 +323,32 @@ def serve(core: WorkerCore, message: tuple, send: Callable[[tuple], None]) -> No
     if kind == STEP:
         _, cmd, gids, restarts, per_env, dtypes = message
         replies = []
-        for gid in gids:
-            if gid in restarts:
-                try:
-                    entry = (gid, core.restart_one(gid, restarts[gid]), None)
-                except Exception as exc:
-                    send(error_message(cmd, [gid], exc))
-                    continue
-                if per_env:
-                    send((ENV, cmd, entry))
-                else:
-                    replies.append(entry)
+        stepped = gids
+        if restarts:
+            for gid in gids:
+                if gid in restarts:
+                    try:
+                        entry = (gid, core.restart_one(gid, restarts[gid]), None)
+                    except Exception as exc:
+                        send(error_message(cmd, [gid], exc))
+                        continue
+                    if per_env:
+                        send((ENV, cmd, entry))
+                    else:
+                        replies.append(entry)
+            stepped = [gid for gid in gids if gid not in restarts]
         # Envs sent by stage are stepped as one batch; envs sent one by one (dynamic batching)
         # are stepped one by one, each result sent as soon as it is there.
-        stepped = [gid for gid in gids if gid not in restarts]
         for batch in ([gid] for gid in stepped) if per_env else ([stepped] if stepped else []):
             try:
-                entries = core.step(batch, dtypes_for(dtypes, gids, batch))
+                entries = core.step(batch, dtypes_for(dtypes, gids, batch), noteworthy=not per_env)
             except Exception as exc:  # every env of the batch fails: none has a result
                 send(error_message(cmd, batch, exc, core))
                 continue
             if per_env:
                 send((ENV, cmd, entries[0]))
             else:
-                replies += [entry for entry in entries if entry[1] or entry[2] is not None]
+                replies += entries
         if not per_env:
             send((STEP, cmd, replies))
     elif kind == RESET:
@@ -383,9 +399,14 @@ def worker_main(
     conn: Any,
     pipeline_stages: int,
     threads: int | None,
-    spin_wait: float = 0.0,
+    spin_wait: float,
+    semaphores: tuple[Any, Any, Any],
 ) -> None:
-    """Entry point of a worker process (spawned: envs are created here, never forked)."""
+    """Entry point of a worker process (spawned: envs are created here, never forked).
+
+    ``semaphores`` count the messages to this worker and from it, and wake the vector env
+    (see ``mailbox``); the handshake (ready or startup error) goes through ``conn`` alone.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when workers stop
     try:
         core, description = start_core(env_fns_blob, env_ids, env_ids, pipeline_stages, threads)
@@ -395,27 +416,27 @@ def worker_main(
         conn.close()
         return
     shared: SharedArrays | None = None
-    poller = select.poll()
-    poller.register(conn.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+    mailbox = WorkerMailbox(conn, *semaphores, spin_wait, STEP, ENV)
     try:
         while True:
             try:
-                wait_for_message(poller, spin_wait)
-                message = conn.recv()
+                message = mailbox.receive()
             except (EOFError, OSError):  # the main process has gone
                 break
+            if message is None or message[0] == CLOSE:
+                break
             if message[0] == ATTACH:
-                _, handle, obs_space, act_space = message
+                _, handle, obs_space, act_space, (commands, replies, index) = message
                 shared = SharedArrays.attach(handle)
                 core.attach(*buffers(shared.arrays, obs_space, act_space))
-            elif message[0] == CLOSE:
-                break
+                mailbox.attach(shared.arrays[commands][index], shared.arrays[replies][index])
             else:
-                serve(core, message, conn.send)
+                serve(core, message, mailbox.send)
     finally:
         core.close()
         if shared is not None:
             core.attach(None, None, None, None, None, None)
+            mailbox.attach(None, None)
             shared.close()
         try:
             conn.close()
