@@ -6,6 +6,7 @@ the codec and the order of messages on their own; a worker that sleeps between s
 slower than the spin, a worker killed while ``step()`` waits, a worker whose vector env died.
 """
 
+import contextlib
 import functools
 import multiprocessing as mp
 import os
@@ -52,6 +53,25 @@ class SlowQuietEnv(QuietEnv):
     def step(self, action):
         time.sleep(0.003)
         return super().step(action)
+
+
+@contextlib.contextmanager
+def killed_inside_its_step(pid, gate, entered):
+    """Open ``gate`` for the block; once a GateEnv has entered its gated step, kill ``pid``."""
+    gate.touch()
+
+    def kill_inside():
+        while not entered.exists():
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_inside)
+    killer.start()
+    try:
+        yield
+    finally:
+        killer.join()
+        gate.unlink()
 
 
 def random_actions(space, n, rng):
@@ -169,20 +189,8 @@ def test_a_worker_killed_while_step_waits_is_replaced_and_its_envs_reported_trun
         zeros = np.zeros((4, 1), np.float32)
         obs, *_ = envs.step(zeros)
         victim = envs.worker_pids[1]  # envs 1 and 3; env 1 waits at the gate inside its step
-        gate.touch()
-
-        def kill_inside():
-            while not entered.exists():
-                time.sleep(0.01)
-            os.kill(victim, signal.SIGKILL)
-
-        killer = threading.Thread(target=kill_inside)
-        killer.start()
-        try:
+        with killed_inside_its_step(victim, gate, entered):
             new_obs, reward, term, trunc, infos = envs.step(zeros)
-        finally:
-            killer.join()
-            gate.unlink()
         assert victim not in envs.worker_pids
         assert reward.tolist() == [1.0, 0.0, 1.0, 0.0] and not term.any() and trunc.tolist() == [False, True, False, True]
         assert infos["_worker_restarted"].tolist() == [False, True, False, True]
@@ -197,22 +205,9 @@ def test_a_worker_dead_once_too_often_is_reported_with_its_exit_code(tmp_path):
     envs = PipelineVectorEnv([functools.partial(GateEnv, gate=str(gate), entered=str(entered))] * 2, num_workers=1, max_restarts=0)
     try:
         envs.reset(seed=0)
-        victim = envs.worker_pids[0]
-        gate.touch()
-
-        def kill_inside():
-            while not entered.exists():
-                time.sleep(0.01)
-            os.kill(victim, signal.SIGKILL)
-
-        killer = threading.Thread(target=kill_inside)
-        killer.start()
-        try:
+        with killed_inside_its_step(envs.worker_pids[0], gate, entered):
             with pytest.raises(WorkerError, match=r"worker 0 died \(exit code -9\); worker 0 failed 1 times \(max_restarts=0\)"):
                 envs.step(np.zeros((2, 1), np.float32))
-        finally:
-            killer.join()
-            gate.unlink()
         assert envs.closed
     finally:
         envs.close()
