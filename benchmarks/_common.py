@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,3 +51,15 @@ def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]])
     print("  ".join("-" * w for w in widths))
     for c in cells:
         print("  ".join(v.ljust(w) for v, w in zip(c, widths)))
+
+
+def gpu_query() -> list[dict[str, float]] | None:
+    """Utilisation (%) and memory used (MB) of each GPU, or None without ``nvidia-smi``."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    done = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, timeout=10)
+    if done.returncode:
+        return None
+    rows = [line.split(",") for line in done.stdout.strip().splitlines() if line.strip()]
+    return [{"util": float(u), "memory_mb": float(m)} for u, m in rows]

@@ -5,14 +5,21 @@ ratios are measured side by side. Writes JSON (medians, ratios, fastenv against 
 row when PufferLib is importable) to --out.
 
     python benchmarks/bench_vector_overhead.py --rounds 5 --steps 2000
+
+``--before REF`` adds fastenv as committed at ``REF`` (its ``src/fastenv`` taken with ``git
+archive``), 2 workers, timed in the same rounds by a child process that imports that copy: the
+before and after of a change to the vector env, measured in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -111,12 +118,67 @@ FASTENV = "fastenv PipelineVectorEnv (2 workers)"
 PUFFERLIB = ("PufferLib Multiprocessing (2 workers)", "PufferLib Multiprocessing (1 worker)")
 
 
+def rate(build: Callable, actions: np.ndarray) -> float:
+    """Env-steps per second of ``actions`` after a warm-up of 200 steps; the vector env closed after."""
+    step, close = build()
+    try:
+        for a in actions[:200]:
+            step(a)
+        start = time.perf_counter()
+        for a in actions:
+            step(a)
+        return NUM_ENVS * len(actions) / (time.perf_counter() - start)
+    finally:
+        close()
+
+
+def checkout(ref: str, into: str) -> str:
+    """``src/fastenv`` of commit ``ref`` extracted under ``into``; its commit id."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    commit = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=root, check=True, capture_output=True, text=True)
+    archive = subprocess.run(["git", "archive", commit.stdout.strip(), "src/fastenv"], cwd=root, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    return commit.stdout.strip()
+
+
+def child_rate(src: str, workers: int, steps: int) -> float:
+    """``rate`` of fastenv's vector env with ``workers`` workers in a child process that imports
+    fastenv from ``src``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(workers), "--steps", str(steps)],
+                          env=env, check=True, capture_output=True, text=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not result["fastenv"].startswith(os.path.realpath(src)):
+        raise RuntimeError(f"the child imported fastenv from {result['fastenv']}, not from {src}")
+    return result["rate"]
+
+
+def _child(workers: int, steps: int) -> None:
+    import fastenv
+
+    actions = np.random.default_rng(0).integers(0, 2, (steps, NUM_ENVS))
+    value = rate(fastenv_pipeline(workers), actions)
+    print(json.dumps({"rate": value, "fastenv": os.path.realpath(fastenv.__file__)}))
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2000, help="vector steps per config per round")
     parser.add_argument("--out", default="results/bench_vector_overhead.json")
+    parser.add_argument("--before", metavar="REF", help="also time fastenv as committed at this git ref (2 workers)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)  # internal: time fastenv from PYTHONPATH, print JSON
     args = parser.parse_args(argv)
+    if args.child is not None:
+        _child(args.child, args.steps)
+        return {}
+    before = tempfile.TemporaryDirectory() if args.before else None
+    candidates = dict(CANDIDATES)
+    before_commit = None
+    if before is not None:
+        before_commit = checkout(args.before, before.name)
+        src = os.path.join(before.name, "src")
+        candidates[f"fastenv PipelineVectorEnv (2 workers), before ({before_commit[:7]})"] = lambda: child_rate(src, 2, args.steps)
 
     # Each round builds, warms up, times and closes every vector env in turn, so no idle (or
     # busy-polling) worker of one config runs while another is timed.
@@ -124,24 +186,16 @@ def main(argv: list[str] | None = None) -> dict:
     samples: dict[str, list[float]] = {}
     skipped: dict[str, str] = {}
     for r in range(args.rounds):
-        for name, build in CANDIDATES.items():
+        for name, build in candidates.items():
             if name in skipped:
                 continue
             try:
-                step, close = build()
+                value = build() if name not in CANDIDATES else rate(build, actions)
             except ImportError as exc:
                 skipped[name] = f"not installed: {exc}"
                 print(f"skipping {name}: {skipped[name]}")
                 continue
-            try:
-                for a in actions[:200]:
-                    step(a)
-                start = time.perf_counter()
-                for a in actions:
-                    step(a)
-                samples.setdefault(name, []).append(NUM_ENVS * args.steps / (time.perf_counter() - start))
-            finally:
-                close()
+            samples.setdefault(name, []).append(value)
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n.split(' (')[0]} {s[-1]:,.0f}" for n, s in samples.items()), flush=True)
 
     base = statistics.median(samples[BASELINE])
@@ -183,6 +237,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"fastenv / {best}: {payload['fastenv_vs_pufferlib_best']:.2f}x of medians, "
             f"{payload['fastenv_vs_pufferlib_best_per_round']:.2f}x median of per-round ratios"
         )
+    if before_commit is not None:
+        name = next(n for n in samples if n.endswith(f"before ({before_commit[:7]})"))
+        payload["before_commit"] = before_commit
+        payload["fastenv_vs_before_per_round"] = statistics.median(f / b for f, b in zip(samples[FASTENV], samples[name]))
+        print(f"fastenv / fastenv at {before_commit[:7]}: {payload['fastenv_vs_before_per_round']:.2f}x median of per-round ratios")
+        before.cleanup()
     print(f"wrote {write_json(args.out, payload)}")
     return payload
 

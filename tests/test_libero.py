@@ -46,10 +46,7 @@ def test_the_fast_control_loop_is_robosuites_loop_bit_for_bit_over_a_long_rollou
             adapter.reset(seed=None, options={"init_state_id": 8}, rng=rng)
         assert fast._control_loop() is not None and stock._control_loop() is None
         for k, action in enumerate(actions):
-            assert fast.substep(action) == stock.substep(action), f"reward/flags differ at step {k}"
-            for name in ("qpos", "qvel", "qacc_warmstart", "ctrl"):
-                a, b = getattr(fast._raw.sim.data, name), getattr(stock._raw.sim.data, name)
-                assert np.array_equal(a, b), f"{name} differs after {k + 1} steps"
+            assert_same_step(fast, stock, action, k)
         assert np.array_equal(fast.observe()["robot0_proprio-state"], stock.observe()["robot0_proprio-state"])
         assert fast._control_loop()._checked is True  # physics steps 2..n ran compiled
         assert fast._control_loop()._policy.checked is True  # and the policy step
@@ -145,6 +142,20 @@ def assert_same_buffers(a, b):
     assert (ra.ptr, ra._size) == (rb.ptr, rb._size) and ra.buf.tobytes() == rb.buf.tobytes()
 
 
+# what an env step leaves in MjData: the state, the controls, the constraint solution, the sensors
+# and what the force and torque sensors compute (the compiled loop runs only the last physics
+# step of an env step with MuJoCo's sensor stages)
+STEP_FIELDS = ("qpos", "qvel", "act", "qacc", "qacc_warmstart", "ctrl", "qfrc_constraint", "efc_force", "xpos", "sensordata", "cacc",
+               "cfrc_int", "cfrc_ext")
+
+
+def assert_same_step(a, b, action, k):
+    """Step both adapters with ``action``: the same reward and flags, and the same STEP_FIELDS after."""
+    assert a.substep(action) == b.substep(action), f"reward/flags differ at step {k}"
+    for name in STEP_FIELDS:
+        assert np.array_equal(getattr(a._raw.sim.data, name), getattr(b._raw.sim.data, name)), f"{name} differs after {k + 1} steps"
+
+
 def _rollout_pair(suite, task_id, steps, seed=3):
     from fastenv.backends.libero import LiberoAdapter, LiberoTask
 
@@ -170,10 +181,7 @@ def test_the_compiled_physics_steps_are_the_python_loops_on_every_suite(suite, t
     names = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full", "mass_matrix", "torques")
     try:
         for k, action in enumerate(actions):
-            assert compiled.substep(action) == python.substep(action), f"reward/flags differ at step {k}"
-            for name in ("qpos", "qvel", "qacc_warmstart", "ctrl"):
-                a, b = getattr(compiled._raw.sim.data, name), getattr(python._raw.sim.data, name)
-                assert np.array_equal(a, b), f"{name} differs after {k + 1} steps"
+            assert_same_step(compiled, python, action, k)
             if k % 7 == 3:  # the robot's buffers, the force and torque buffer's computed from its recorded states
                 assert_same_buffers(compiled._raw.robots[0], python._raw.robots[0])
             if k == 10:  # arrays a caller kept: later steps give the controller new ones, as robosuite does
@@ -713,3 +721,67 @@ def test_the_substep_benchmark_runs_every_configuration_and_the_compiled_loop(tm
     assert list(rows) == list(bench_substep.CONFIGS)
     assert rows["raw mj_step"]["x_raw_mj_step"] == 1.0 and all(row["ms_per_substep"] > 0 for row in rows.values())
     assert payload["tasks"]["libero_object:0"] == {"compiled_used": True, "physics_steps_per_substep": 25}
+
+
+def test_the_substep_benchmark_sweeps_every_task_and_names_the_worst(tmp_path):
+    # --tasks suite:all / all expand to every task; a sweep of several tasks of a suite adds the
+    # median and worst task per suite and configuration; a bad spec is refused before any env is built.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_substep
+
+    assert bench_substep.parse_tasks(["libero_goal:all"]) == [("libero_goal", i) for i in range(10)]
+    assert len(bench_substep.parse_tasks(["all"])) == 130
+    with pytest.raises(ValueError, match="suite:task_id"):
+        bench_substep.parse_tasks(["libero_goal"])
+    payload = bench_substep.main(["--tasks", "libero_goal:8", "libero_goal:9", "--configs", "fastenv", "--rounds", "1", "--steps", "2",
+                                  "--out", str(tmp_path / "s.json")])
+    assert {row["config"] for row in payload["rows"]} == {"fastenv", "raw mj_step"}
+    summary = {row["config"]: row for row in payload["summary"]}
+    fastenv = [row["x_raw_mj_step"] for row in payload["rows"] if row["config"] == "fastenv"]
+    assert summary["fastenv"]["tasks"] == 2 and summary["fastenv"]["max_x_raw"] == max(fastenv)
+    assert summary["fastenv"]["worst_task"] in (8, 9) and all(v["compiled_used"] for v in payload["tasks"].values())
+
+
+@pytest.mark.parametrize("sample_last", [False, True], ids=["sampled-24th", "sampled-last"])
+def test_physics_steps_before_the_last_skip_the_sensor_stages_and_the_last_leaves_stocks(monkeypatch, sample_last):
+    # Inside an env step nothing reads MuJoCo's sensors, so the compiled loop runs its physics
+    # steps but the last with mjDSBL_SENSOR set, then the last one with the sensors: everything
+    # the step leaves (sensors, cacc, cfrc_*) is robosuite's loop's, the model's flags are given
+    # back, and an observation sampled at either point (the 24th physics step, LIBERO's; the last)
+    # is robosuite's.
+    import mujoco
+
+    from fastenv.backends.libero.compiled import kernel as compiled_kernel
+
+    fast, stock = _fast_and_stock("libero_goal", 8)  # a task that tracks object states (a stove)
+    kernel = compiled_kernel()
+    model = fast._raw.sim.model._model
+    during, calls = [], []
+    env_step, physics_steps = kernel.env_step, kernel.physics_steps
+    monkeypatch.setattr(kernel, "env_step", lambda *a: (during.append(model.opt.disableflags), env_step(*a))[1])
+    monkeypatch.setattr(kernel, "physics_steps", lambda *a: (calls.append((a[0], model.opt.disableflags)), physics_steps(*a))[1])
+    if sample_last:  # both sample at the last physics step (the state recorded there, in either loop)
+        for adapter in (fast, stock):
+            assert adapter._clock is not None
+            monkeypatch.setattr(adapter._clock, "advance", lambda n, dt: n)
+    rng = np.random.default_rng(2)
+    actions = rng.uniform(-1, 1, (30, 7)).astype(np.float32)
+    actions[:, -1] = np.sign(np.sin(np.arange(30) / 4.0))
+    try:
+        for k, action in enumerate(actions):
+            assert_same_step(fast, stock, action, k)
+            if k % 10 == 9:
+                assert_same_buffers(fast._raw.robots[0], stock._raw.robots[0])
+                a, b = fast.observe(), stock.observe()
+                assert a.keys() == b.keys() and all(np.array_equal(a[key], b[key]) for key in a)
+        sensors_off = int(mujoco.mjtDisableBit.mjDSBL_SENSOR)
+        assert during and all(flags & sensors_off for flags in during)  # steps 1..n-1 ran without them
+        last = [flags for count, flags in calls if count == 1]  # (the first steps, before the checks, run 2..n in one call)
+        assert len(last) == len(during) and not any(flags & sensors_off for flags in last)  # the last with them
+        assert not model.opt.disableflags & sensors_off
+    finally:
+        fast.close()
+        stock.close()

@@ -511,3 +511,23 @@ def test_the_ppo_shaped_benchmark_runs_every_stack(tmp_path):
     assert out.exists()
     with pytest.raises(SystemExit):
         bench_maniskill.main(["--parts", "ppo", "--ppo-steps", "12", "--out", str(out)])
+
+
+def test_the_gpu_benchmark_compares_the_three_vector_envs_over_one_env(tmp_path):
+    # bench_maniskill_gpu.py, on ManiSkill's CPU simulation (one env): ManiSkill's own vector env,
+    # fastenv chunk 1 and chunk 8 timed over the same env in a child process, ratios to ManiSkill's.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_maniskill_gpu as bench
+
+    ms.configure_vulkan()
+    payload = bench.main(["--sim-backend", "physx_cpu", "--num-envs", "1", "--obs", "state", "rgb", "--camera-size", str(SIZE),
+                          "--steps", "8", "--rounds", "1", "--out", str(tmp_path / "g.json")])
+    rows = payload["rows"]
+    assert [(row["obs"], row["config"]) for row in rows] == [(obs, name) for obs in ("state", "rgb")
+                                                              for name in (bench.STOCK, bench.CHUNK1, bench.CHUNK8)]
+    assert all(row["env_steps_per_s"] > 0 and row["device"] == "cpu" for row in rows)
+    assert [row["x_maniskill"] for row in rows if row["config"] == bench.STOCK] == [1.0, 1.0]
+    with pytest.raises(SystemExit):  # the CPU simulation holds one env per process
+        bench.main(["--sim-backend", "physx_cpu", "--num-envs", "4", "--out", str(tmp_path / "g.json")])
+    with pytest.raises(SystemExit):
+        bench.main(["--steps", "12", "--out", str(tmp_path / "g.json")])

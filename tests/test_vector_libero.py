@@ -104,3 +104,36 @@ def test_an_envs_episodes_are_the_same_in_any_layout_on_a_task_with_random_fixtu
     finally:
         for envs in (alone, shared, ref):
             envs.close()
+
+
+def test_the_node_scaling_benchmark_steps_k_workers_of_one_built_vector_env(tmp_path, monkeypatch):
+    # bench_node_scaling.py: one vector env built once; configuration k steps the envs of its first
+    # k workers only (their CPU time grows, the others' does not); speed-up and efficiency per k.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_node_scaling as bench
+
+    assert bench.default_workers(2) == [1] and bench.default_workers(16) == [1, 2, 4, 8, 15]
+    assert bench.default_workers(64) == [1, 2, 4, 8, 16, 32, 63]
+    built = []
+    real = bench.time_block
+
+    def spy(envs, ids, actions, chunks, pids):
+        built.append(id(envs))
+        before = {p: bench.cpu_seconds(p) for p in envs.worker_pids}
+        out = real(envs, ids, actions, chunks, pids)
+        busy = [p for p in envs.worker_pids if bench.cpu_seconds(p) - before[p] > 0.05]
+        assert set(busy) <= set(pids)  # only the stepping workers worked
+        return out
+
+    monkeypatch.setattr(bench, "time_block", spy)
+    payload = bench.main(["--workers", "1", "2", "--rounds", "1", "--chunks", "2", "--chunk", "2", "--camera-size", "32",
+                          "--out", str(tmp_path / "n.json")])
+    assert len(set(built)) == 1  # every configuration ran on the one vector env
+    rows = {row["workers"]: row for row in payload["rows"]}
+    assert sorted(rows) == [1, 2] and rows[1]["speedup"] == 1.0 and rows[1]["efficiency"] == 1.0
+    assert rows[2]["efficiency"] == pytest.approx(rows[2]["speedup"] / 2)
+    assert all(row["env_steps_per_s"] > 0 and 0 < row["worker_busy"] <= 1.5 and row["worker_cpu_ms_per_env_step"] > 0 for row in rows.values())
+    assert len(payload["worker_rss_gb"]) == 2 and (tmp_path / "n.json").exists()

@@ -440,3 +440,28 @@ def test_a_worker_dead_between_its_token_and_its_message_is_reported_dead():
     outbox.release()
     child.close()
     assert mailbox.take() == [None]
+
+
+def test_the_overhead_benchmark_times_an_earlier_commit_beside_the_current_code(tmp_path, monkeypatch):
+    # bench_vector_overhead.py --before REF: fastenv as committed at REF (git archive of its
+    # src/fastenv) timed in the same rounds by a child process that imports that copy, not this one.
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    sys.path.insert(0, str(root / "benchmarks"))
+    import bench_vector_overhead as bench
+
+    monkeypatch.setattr(bench, "CANDIDATES", {name: build for name, build in bench.CANDIDATES.items()
+                                              if name in (bench.BASELINE, bench.FASTENV)})
+    payload = bench.main(["--rounds", "1", "--steps", "300", "--before", "HEAD", "--out", str(tmp_path / "v.json")])
+    names = [row["vector env"] for row in payload["results"]]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    assert payload["before_commit"] == commit and names[-1] == f"{bench.FASTENV}, before ({commit[:7]})"
+    assert all(row["env_steps_per_s"] > 0 for row in payload["results"]) and payload["fastenv_vs_before_per_round"] > 0
+    with pytest.raises(RuntimeError, match="not from"):  # a child that imported another fastenv is refused
+        bench.child_rate(str(tmp_path / "nowhere"), 1, 250)

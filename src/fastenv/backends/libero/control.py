@@ -69,6 +69,8 @@ class _ControlLoop:
         self._policy: PolicyStep | None = None
         self._integration = np.int32(int(mujoco.mjtState.mjSTATE_INTEGRATION))  # what mj_step reads (LazyForceTorques)
         self._state_size = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_INTEGRATION)
+        self._option = self.model.opt
+        self._no_sensors = int(mujoco.mjtDisableBit.mjDSBL_SENSOR)
 
     @classmethod
     def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
@@ -193,6 +195,20 @@ class _ControlLoop:
 
     # The compiled physics steps (``compiled.py``): the same calls in one numba function.
 
+    def _sensors_skippable(self) -> bool:
+        """Whether the physics steps before an env step's last may run without MuJoCo's sensor
+        stages (``mjDSBL_SENSOR``): nothing inside the step reads their output (the controller reads
+        poses, Jacobians and the mass matrix; the force and torque buffer and the observables
+        compute theirs from recorded states), and a sensor's value depends only on the state it is
+        computed at, so the last physics step, run with them, leaves ``sensordata`` (and the
+        ``cacc``, ``cfrc_int`` and ``cfrc_ext`` the force and torque sensors compute) as the stock
+        step does. Not where a sensor callback or a plugin (either may keep state) could run, or
+        where sensors are already off."""
+        return (
+            self.model.nsensor > 0 and self.model.nplugin == 0 and self.mujoco.get_mjcb_sensor() is None
+            and not self._option.disableflags & self._no_sensors
+        )
+
     def _controller_applies(self, controller: Any) -> bool:
         """Whether the compiled functions reproduce this controller (robosuite builds one at each
         reset): robosuite's OSC ``run_controller``, no interpolators, fixed impedance."""
@@ -308,21 +324,33 @@ class _ControlLoop:
         kernel = compiled_kernel()
         args = self._control_args(controller)
         forces_at = np.empty(self._state_size)  # the state the force and torque buffer computes its values from
-        if not kernel.begin_step(*args, forces_at, self._integration, given is None):
-            return False
-        state = args[_STATE]
-        if given is None:
-            controller.ee_pos, controller.ee_ori_mat = state[0:3], state[3:12].reshape(3, 3)  # what set_goal reads; replaced below
-            controller.new_update = False  # set_goal's update() is then a no-op
-        controller.set_goal(action[: controller.control_dim])
-        args = self._control_args(controller)
-        gripper = self.robot.gripper
-        rest = self._actuator_args(controller, gripper, gripper_step)
-        capture = 2 <= sample_at <= n_physics
-        kernel.env_step(
-            *args, *rest, *policy.arguments(), n_physics - 1, sample_at - 2 if capture else -1, point.state if capture else _NO_STATE,
-            np.int32(int(point.spec) if capture else 0), given,
-        )
+        split = n_physics > 1 and self._sensors_skippable()  # the last physics step on its own, with sensors
+        option, flags = self._option, self._option.disableflags
+        if split:
+            option.disableflags = flags | self._no_sensors
+        try:
+            if not kernel.begin_step(*args, forces_at, self._integration, given is None):
+                return False
+            state = args[_STATE]
+            if given is None:
+                controller.ee_pos, controller.ee_ori_mat = state[0:3], state[3:12].reshape(3, 3)  # what set_goal reads; replaced below
+                controller.new_update = False  # set_goal's update() is then a no-op
+            controller.set_goal(action[: controller.control_dim])
+            args = self._control_args(controller)
+            gripper = self.robot.gripper
+            rest = self._actuator_args(controller, gripper, gripper_step)
+            capture = 2 <= sample_at <= n_physics
+            before_last = capture and sample_at < n_physics
+            kernel.env_step(
+                *args, *rest, *policy.arguments(), n_physics - 1 - split, sample_at - 2 if before_last or not split and capture else -1,
+                point.state if capture else _NO_STATE, np.int32(int(point.spec) if capture else 0), given,
+            )
+        finally:
+            option.disableflags = flags
+        if split:
+            last = capture and sample_at == n_physics
+            kernel.physics_steps(1, True, *args, *rest, 0 if last else -1, point.state if last else _NO_STATE,
+                                 np.int32(int(point.spec) if last else 0))
         if capture:
             point.pending = True  # what point.capture() leaves
         for name, value in self._controller_state(controller, state).items():
@@ -400,8 +428,12 @@ class _ControlLoop:
     def _actuator_args(self, controller: Any, gripper: Any, gripper_step: np.ndarray) -> tuple[Any, ...]:
         # the gripper's command as robosuite's next format_action leaves it: a fresh gripper's
         # (one value) broadcast against the two-valued step, as numpy's addition does
-        current = np.asarray(gripper.current_action, dtype=np.float64)
-        current = np.array(np.broadcast_to(current, np.broadcast_shapes(current.shape, gripper_step.shape)))
+        current = gripper.current_action
+        if type(current) is np.ndarray and current.dtype == np.float64 and current.shape == gripper_step.shape:
+            current = current.copy()  # the kernel writes the next command into it
+        else:
+            current = np.asarray(current, dtype=np.float64)
+            current = np.array(np.broadcast_to(current, np.broadcast_shapes(current.shape, gripper_step.shape)))
         return (
             self.data.ctrl, self.torque_low, self.torque_high, gripper_step, current,
             self._gripper_index, self.gripper_bias, self.gripper_weight, self._arm_index, np.empty(len(controller.qvel_index)),
