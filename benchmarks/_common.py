@@ -9,7 +9,8 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,29 @@ def gpu_query() -> list[dict[str, float]] | None:
         return None
     rows = [line.split(",") for line in done.stdout.strip().splitlines() if line.strip()]
     return [{"util": float(u), "memory_mb": float(m)} for u, m in rows]
+
+
+def gpu_memory_mb() -> float | None:
+    """Memory in use on all GPUs together (MB), or None without ``nvidia-smi``."""
+    gpus = gpu_query()
+    return sum(g["memory_mb"] for g in gpus) if gpus else None
+
+
+@contextmanager
+def figure(path: str | Path, title: str, figsize: tuple[float, float] = (7, 4)) -> Iterator[Any]:
+    """The axes of a one-plot figure; on exit titled, gridded, with its legend, saved to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    try:
+        yield ax
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)

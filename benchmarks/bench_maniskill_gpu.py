@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import gpu_query, machine, print_table, write_json  # noqa: E402
+from _common import gpu_memory_mb, machine, print_table, write_json  # noqa: E402
 
 STOCK = "ManiSkill ManiSkillVectorEnv"
 CHUNK1 = "fastenv, chunk 1"
@@ -57,7 +57,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv as StockVectorEnv  # isort: skip
 
     n, obs = args.child_envs, args.child_obs
-    memory_before = gpu_query()
+    memory_before = gpu_memory_mb()
     start = time.perf_counter()
     env = build(args.env_id, n, obs, args.camera_size, args.sim_backend)
     wrappers = {
@@ -68,7 +68,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     build_s = time.perf_counter() - start
     device = wrappers[CHUNK1].device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    memory_after = gpu_query()
+    memory_after = gpu_memory_mb()
     generator = torch.Generator(device=device).manual_seed(0)
 
     def block(name: str, seed: int) -> float:
@@ -90,9 +90,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         for name in wrappers:
             samples[name].append(block(name, r))
     env.close()
-    memory = None
-    if memory_before and memory_after:
-        memory = (sum(g["memory_mb"] for g in memory_after) - sum(g["memory_mb"] for g in memory_before)) / n
+    memory = None if memory_before is None or memory_after is None else (memory_after - memory_before) / n
     return {"num_envs": n, "obs": obs, "device": str(device), "build_s": build_s, "gpu_memory_mb_per_env": memory, "samples": samples}
 
 

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, print_table, write_json  # noqa: E402
+from _common import figure, machine, print_table, write_json  # noqa: E402
 from bench_memory import rss  # noqa: E402
 
 CONFIGS = ("fastenv", "fastenv, hard reset", "stock")
@@ -87,24 +87,13 @@ def growth_mb_per_1000(resets: list[int], values: list[int]) -> float:
 
 
 def plot(results: dict[str, dict[str, Any]], path: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for config, r in results.items():
-        label = f"{config}: {r['growth_mb_per_1000_resets']:+.1f} MB per 1,000 resets"
-        ax.plot(r["resets"], [v / 2**30 for v in r["rss"]], marker="." if len(r["resets"]) < 200 else None, label=label)
-    ax.set_xscale("symlog", linthresh=100)
-    ax.set_xlabel(f"resets ({results[next(iter(results))]['steps_per_episode']} steps each)")
-    ax.set_ylabel("resident memory, GB")
-    ax.set_title("One LIBERO env (libero_10 task 0, 128-px camera) over a long run", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, "One LIBERO env (libero_10 task 0, 128-px camera) over a long run") as ax:
+        for config, r in results.items():
+            label = f"{config}: {r['growth_mb_per_1000_resets']:+.1f} MB per 1,000 resets"
+            ax.plot(r["resets"], [v / 2**30 for v in r["rss"]], marker="." if len(r["resets"]) < 200 else None, label=label)
+        ax.set_xscale("symlog", linthresh=100)
+        ax.set_xlabel(f"resets ({results[next(iter(results))]['steps_per_episode']} steps each)")
+        ax.set_ylabel("resident memory, GB")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

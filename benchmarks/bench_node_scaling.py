@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import gpu_query, machine, print_table, write_json  # noqa: E402
+from _common import gpu_memory_mb, gpu_query, machine, print_table, write_json  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -48,14 +48,6 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15 of stat)
-
-
-def rss_gb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024**2
-    return float("nan")
 
 
 class GpuSampler:
@@ -123,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--render-devices", default="auto", help="'auto' (every visible GPU, none without GPUs) or 'none'")
     parser.add_argument("--out", default="results/bench_node_scaling.json")
     args = parser.parse_args(argv)
+    from fastenv.machine import process_memory
     from fastenv.vector import PipelineVectorEnv
     from fastenv.vector.devices import visible_gpus
 
@@ -132,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--workers takes positive worker counts, got {counts}")
     n = counts[-1]
     gpus = visible_gpus() if args.render_devices == "auto" else []
-    memory_before = gpu_query()
+    memory_before = gpu_memory_mb()
     print(f"building {n} workers, one {args.suite} task {args.task} env each (GPUs for rendering: {gpus or 'none'})", flush=True)
     build_start = time.perf_counter()
     fn = functools.partial(libero_env, args.suite, args.task, args.chunk, args.camera_size)
@@ -146,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for w, pid in enumerate(pids):
                 os.sched_setaffinity(pid, {(w + 1) % cores})
         envs.reset(seed=0)
-        memory_after = gpu_query()
+        memory_after = gpu_memory_mb()
         rng = np.random.default_rng(0)
         samples: dict[int, list[dict[str, float]]] = {k: [] for k in counts}
         gpu_util: dict[int, list[float]] = {k: [] for k in counts}
@@ -160,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 gpu_util[k] += sampler.samples
             print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} workers {samples[k][-1]['env_steps_per_s']:.0f}" for k in counts),
                   flush=True)
-        worker_rss = [rss_gb(p) for p in pids]
+        worker_rss = [(process_memory(p) or 0) / 2**30 for p in pids]
     finally:
         envs.close()
     one = [s["env_steps_per_s"] for s in samples[counts[0]]]
@@ -181,10 +174,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        ("worker_cpu_ms_per_env_step", "worker CPU ms/env step", ".2f"), ("main_busy", "main CPU/wall", ".2f"),
                        ("gpu_util", "GPU util %", ".0f")])
     gpu_memory = None
-    if memory_before and memory_after:
-        used = sum(g["memory_mb"] for g in memory_after) - sum(g["memory_mb"] for g in memory_before)
-        gpu_memory = {"before_mb": [g["memory_mb"] for g in memory_before], "after_mb": [g["memory_mb"] for g in memory_after],
-                      "per_env_mb": used / n}
+    if memory_before is not None and memory_after is not None:
+        gpu_memory = {"before_mb": memory_before, "after_mb": memory_after, "per_env_mb": (memory_after - memory_before) / n}
         print(f"GPU memory per env: {gpu_memory['per_env_mb']:.0f} MB")
     payload = {
         "benchmark": "node_scaling", "suite": args.suite, "task_id": args.task, "chunk": args.chunk, "camera_size": args.camera_size,

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, print_table, write_json  # noqa: E402
+from _common import figure, machine, print_table, write_json  # noqa: E402
 
 TASKS = {"libero_spatial": 0, "libero_object": 0, "libero_goal": 0, "libero_10": 0, "libero_90": 0}
 CONFIGS = ("robosuite's loop", "fastenv, Python loop", "fastenv", "compiled physics steps", "raw mj_step + OSC matrices", "raw mj_step",
@@ -199,29 +199,18 @@ def sweep_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def plot(rows: list[dict[str, Any]], path: Any) -> None:
     """Each task's sub-step against its raw physics: a configuration's ratio to the raw calls
     over the raw calls' time per sub-step, one point per task (a sweep's figure)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     raw = {(r["suite"], r["task_id"]): r["ms_per_substep"] for r in rows if r["config"] == "raw mj_step"}
-    fig, ax = plt.subplots(figsize=(7, 4.2))
     styles = {"fastenv, Python loop": ("tab:orange", "x"), "fastenv": ("tab:blue", "o"), "compiled physics steps": ("tab:green", "."),
               "raw mj_step + OSC matrices": ("tab:gray", ".")}
-    for config, (color, marker) in styles.items():
-        picked = [r for r in rows if r["config"] == config]
-        if picked:
-            ax.scatter([raw[(r["suite"], r["task_id"])] for r in picked], [r["x_raw_mj_step"] for r in picked], s=12, color=color,
-                       marker=marker, label=f"{config} ({len(picked)} tasks)")
-    ax.axhline(1.5, color="black", linewidth=0.8, linestyle="--", label="1.5x the raw calls")
-    ax.set_xlabel("raw mj_step calls of a sub-step (the same physics), ms")
-    ax.set_ylabel("sub-step / raw mj_step calls")
-    ax.set_title("LIBERO sub-step per task against its own raw physics", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, "LIBERO sub-step per task against its own raw physics", (7, 4.2)) as ax:
+        for config, (color, marker) in styles.items():
+            picked = [r for r in rows if r["config"] == config]
+            if picked:
+                ax.scatter([raw[(r["suite"], r["task_id"])] for r in picked], [r["x_raw_mj_step"] for r in picked], s=12, color=color,
+                           marker=marker, label=f"{config} ({len(picked)} tasks)")
+        ax.axhline(1.5, color="black", linewidth=0.8, linestyle="--", label="1.5x the raw calls")
+        ax.set_xlabel("raw mj_step calls of a sub-step (the same physics), ms")
+        ax.set_ylabel("sub-step / raw mj_step calls")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

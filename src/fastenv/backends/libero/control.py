@@ -71,6 +71,7 @@ class _ControlLoop:
         self._state_size = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_INTEGRATION)
         self._option = self.model.opt
         self._no_sensors = int(mujoco.mjtDisableBit.mjDSBL_SENSOR)
+        self._sensors_without_plugins = self.model.nsensor > 0 and self.model.nplugin == 0  # fixed with the model
 
     @classmethod
     def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
@@ -205,8 +206,7 @@ class _ControlLoop:
         step does. Not where a sensor callback or a plugin (either may keep state) could run, or
         where sensors are already off."""
         return (
-            self.model.nsensor > 0 and self.model.nplugin == 0 and self.mujoco.get_mjcb_sensor() is None
-            and not self._option.disableflags & self._no_sensors
+            self._sensors_without_plugins and self.mujoco.get_mjcb_sensor() is None and not self._option.disableflags & self._no_sensors
         )
 
     def _controller_applies(self, controller: Any) -> bool:
@@ -340,17 +340,17 @@ class _ControlLoop:
             gripper = self.robot.gripper
             rest = self._actuator_args(controller, gripper, gripper_step)
             capture = 2 <= sample_at <= n_physics
-            before_last = capture and sample_at < n_physics
+            at_last = split and capture and sample_at == n_physics  # recorded by the last physics step, run on its own
+            here = capture and not at_last
             kernel.env_step(
-                *args, *rest, *policy.arguments(), n_physics - 1 - split, sample_at - 2 if before_last or not split and capture else -1,
-                point.state if capture else _NO_STATE, np.int32(int(point.spec) if capture else 0), given,
+                *args, *rest, *policy.arguments(), n_physics - 1 - split, sample_at - 2 if here else -1,
+                point.state if here else _NO_STATE, np.int32(int(point.spec) if here else 0), given,
             )
         finally:
             option.disableflags = flags
         if split:
-            last = capture and sample_at == n_physics
-            kernel.physics_steps(1, True, *args, *rest, 0 if last else -1, point.state if last else _NO_STATE,
-                                 np.int32(int(point.spec) if last else 0))
+            kernel.physics_steps(1, True, *args, *rest, 0 if at_last else -1, point.state if at_last else _NO_STATE,
+                                 np.int32(int(point.spec) if at_last else 0))
         if capture:
             point.pending = True  # what point.capture() leaves
         for name, value in self._controller_state(controller, state).items():
