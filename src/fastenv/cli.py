@@ -71,7 +71,7 @@ def _conform_parser(sub: argparse._SubParsersAction) -> None:
         "fastenv and through the stock simulator stepped one action at a time, compare every value exactly, and "
         "write the per-case table as JSON. Without sampling options every case of every task runs (hours).",
     )
-    p.add_argument("backend", choices=["libero", "maniskill"], help="which simulator")
+    p.add_argument("backend", choices=["libero", "libero_rates", "maniskill"], help="which simulator (libero_rates: LIBERO at other control and observation rates)")
     p.add_argument("--tasks", nargs="+", metavar="TASK", help="only these tasks (libero_90/35, PickCube-v1...)")
     p.add_argument("--sample-tasks", type=int, metavar="N", help="a sample of N tasks")
     p.add_argument("--cases-per-task", type=int, metavar="M", help="a sample of M cases of each task")

@@ -165,7 +165,11 @@ def _progress(total: int) -> Any:
     return tqdm(total=total, unit="case", leave=False)
 
 
-BACKENDS = {"libero": "fastenv.conformance.libero", "maniskill": "fastenv.conformance.maniskill"}
+BACKENDS = {
+    "libero": "fastenv.conformance.libero",
+    "libero_rates": "fastenv.conformance.libero_rates",
+    "maniskill": "fastenv.conformance.maniskill",
+}
 
 
 def sample_seed() -> str:

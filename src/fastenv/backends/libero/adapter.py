@@ -18,6 +18,7 @@ from fastenv.backends.libero.observables import (
     SampleClock,
     SamplePoint,
     closure,
+    probing,
     sample_observables,
     sensor_dependencies,
 )
@@ -238,7 +239,8 @@ class LiberoAdapter:
         self._clock: SampleClock | None = None
         low, high = raw.action_spec
         self.action_space = spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
-        sample = raw._get_observations(force_update=True)
+        with probing(raw):  # a user's filter or noise corrupter sees only the samples the stock env takes
+            sample = raw._get_observations(force_update=True)
         self._spaces = {
             key: _space_for(key, self._image_kind(key), np.asarray(value)) for key, value in sample.items()
         }
@@ -313,7 +315,8 @@ class LiberoAdapter:
             self._clock = None  # sub-steps update the observables as robosuite's own loop does
         missing = [key for key in keys if key not in self._spaces]
         if missing:
-            sample = raw._get_observations(force_update=True)
+            with probing(raw):
+                sample = raw._get_observations(force_update=True)
             for key in missing:
                 self._spaces[key] = _space_for(key, self._image_kind(key), np.asarray(sample[key]))
 
@@ -425,9 +428,8 @@ class LiberoAdapter:
         except IrregularSampling:  # (nothing advanced) e.g. an observable enabled mid-episode
             sample_at = -1
         if sample_at < 0:  # sampling robosuite's loop alone reproduces: run it, observables and all
-            if self._point is not None:
-                self._point.pending = False
             _make_gl_current(raw)
+            self._settle_pending(None)
             self._stock_loop(raw, action, n, update_observables=True)
         else:
             point = self._sample_point()
@@ -486,15 +488,36 @@ class LiberoAdapter:
         point = self._point
         if point is not None and point.pending:
             _make_gl_current(raw)
-            with point.at():
-                sample_observables(raw, self._enabled)
-            point.pending = False
+            self._sample_at_point(point)
         return self._observation(raw._get_observations())
+
+    def _sample_at_point(self, point: SamplePoint) -> None:
+        """Compute the sample a sub-step recorded, as the stock step computed it there."""
+        with point.at():
+            sample_observables(self._raw, self._enabled)
+        point.pending = False
+
+    def _settle_pending(self, n: int | None) -> None:
+        """Before robosuite's own loop runs the observables: the sample a sub-step recorded and
+        nothing computed yet is computed now, unless every observable samples again within the
+        next ``n`` physics steps (None: not known). An observable that does not sample in a stock
+        step returns its last sample, and that sample is the recorded one (control rates other
+        than the observables' own, observables set to other rates)."""
+        point = self._point
+        if point is None or not point.pending:
+            return
+        if n is not None and self._clock is not None:
+            try:
+                if self._clock.peek(n, self._raw.model_timestep) > 0:
+                    point.pending = False  # overwritten before anything reads it: skip its renders
+                    return
+            except IrregularSampling:
+                pass
+        self._sample_at_point(point)
 
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
         _make_gl_current(self._raw)
-        if self._point is not None:
-            self._point.pending = False  # this step samples the observables itself
+        self._settle_pending(self._n_substeps)  # this step samples the observables itself
         raw_obs, reward, done, _ = self._env.step(np.asarray(action))
         success = bool(done)
         info = {"success": success, "language_instruction": self.task.language}

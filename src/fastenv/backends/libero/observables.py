@@ -57,17 +57,39 @@ class _RecordingCache(dict):
         super().__setitem__(key, value)
 
 
+@contextmanager
+def probing(raw: Any) -> Iterator[None]:
+    """Inside: the env's observables may be run to learn about them, and nothing the env's own
+    samples depend on changes. Each observable's corrupter, filter and delayer are left out (a
+    filter may keep state or record what it is given, a noise corrupter or a sampled delay draws
+    from numpy's generator), and its timers, values and the env's cache are put back afterwards."""
+    from robosuite.utils import observables as stock
+
+    observables = raw._observables
+    saved = {
+        name: (o._sensor, o._enabled, o._corrupter, o._filter, o._delayer, o._time_since_last_sample, o._sampled,
+               o._current_delay, o._current_observed_value)
+        for name, o in observables.items()
+    }
+    own_cache = raw._obs_cache
+    raw._obs_cache = dict(own_cache)
+    try:
+        for o in observables.values():
+            o._corrupter, o._filter, o._delayer = stock.NO_CORRUPTION, stock.NO_FILTER, stock.NO_DELAY
+        yield
+    finally:
+        raw._obs_cache = own_cache
+        for name, o in observables.items():
+            (o._sensor, o._enabled, o._corrupter, o._filter, o._delayer, o._time_since_last_sample, o._sampled,
+             o._current_delay, o._current_observed_value) = saved[name]
+
+
 def sensor_dependencies(raw: Any) -> dict[str, frozenset[str]]:
     """For each observable of a robosuite env, the observables whose cached values its sensor reads.
 
-    Every observable is run once (all enabled, forced) on a recording cache; flags, timers, values
-    and the env's own cache are put back afterwards.
+    Every observable is run once (all enabled, forced) on a recording cache, inside ``probing``.
     """
     observables = raw._observables
-    saved = {
-        name: (o._sensor, o._enabled, o._time_since_last_sample, o._sampled, o._current_delay, o._current_observed_value)
-        for name, o in observables.items()
-    }
     cache = _RecordingCache()
 
     def recording(name: str, sensor: Any) -> Any:
@@ -80,16 +102,11 @@ def sensor_dependencies(raw: Any) -> dict[str, frozenset[str]]:
 
         return run
 
-    own_cache = raw._obs_cache
-    try:
+    with probing(raw):
         for name, o in observables.items():
             o._sensor, o._enabled = recording(name, o._sensor), True
         raw._obs_cache = cache
         raw._update_observables(force=True)
-    finally:
-        raw._obs_cache = own_cache
-        for name, o in observables.items():
-            (o._sensor, o._enabled, o._time_since_last_sample, o._sampled, o._current_delay, o._current_observed_value) = saved[name]
     deps = {}
     for name in observables:
         writers = set().union(*(cache.writers.get(key, ()) for key in cache.reads.get(name, ())))
@@ -115,36 +132,47 @@ class IrregularSampling(Exception):
     other rates): a sub-step must then update them as robosuite's own loop does."""
 
 
-def _no_delay() -> Any:
-    from robosuite.utils.observables import NO_DELAY
-
-    return NO_DELAY
-
-
 class SampleClock:
     """The sampling timers of a set of observables, advanced as robosuite's ``Observable.update`` does.
 
     ``advance(n, dt)`` runs ``n`` physics steps of timer arithmetic (the same float operations, in
     the same order, as the stock step) and returns the physics step (1-based) at which the
     observables sample, 0 if none does. Raises ``IrregularSampling`` unless all of them share one
-    timer with no delay and sample at most once.
+    timer with no delay, sample at most once, and compute nothing that a skipped sample would
+    change (``_irregular``).
     """
 
     def __init__(self, observables: Iterable[Any]) -> None:
         self.observables = list(observables)
-        no_delay = _no_delay()
-        if any(o._delayer is not no_delay for o in self.observables):
-            raise IrregularSampling("an observable has a sampling delay")
+        for o in self.observables:
+            why = _irregular(o)
+            if why:
+                raise IrregularSampling(why)
+        # What each sample runs, as seen here: a change later (``modify_observable``) is noticed.
+        self._functions = [(o._corrupter, o._filter, o._delayer) for o in self.observables]
 
     def advance(self, n: int, dt: float) -> int:
+        """Run ``n`` physics steps of the timers; the physics step that samples (0: none)."""
+        at, t, sampled = self._run(n, dt)
+        for o in self.observables:
+            o._time_since_last_sample, o._sampled = t, sampled
+        return at
+
+    def peek(self, n: int, dt: float) -> int:
+        """What ``advance(n, dt)`` would return, the timers left alone."""
+        return self._run(n, dt)[0]
+
+    def _run(self, n: int, dt: float) -> tuple[int, float, bool]:
         obs = self.observables
         if not obs:
-            return 0
+            return 0, 0.0, False
         first = obs[0]
         t, sampled, period, delay = first._time_since_last_sample, first._sampled, first._sampling_timestep, first._current_delay
-        for o in obs:
+        for o, functions in zip(obs, self._functions):
             if (o._time_since_last_sample, o._sampled, o._sampling_timestep, o._current_delay) != (t, sampled, period, delay):
                 raise IrregularSampling("observables sample on different timers")
+            if (o._corrupter, o._filter, o._delayer) != functions:
+                raise IrregularSampling("an observable's corrupter, filter or delayer changed")
         at = 0
         for j in range(1, n + 1):
             t += dt
@@ -159,9 +187,34 @@ class SampleClock:
                     at = j
                 t %= period
                 sampled = False
-        for o in obs:
-            o._time_since_last_sample, o._sampled = t, sampled
-        return at
+        return at, t, sampled
+
+
+# robosuite's factories whose corrupter is a pure function of its input (no state, no random draw).
+_PURE_CORRUPTERS = frozenset({"create_deterministic_corrupter.<locals>.corrupter"})
+
+
+def _irregular(o: Any) -> str:
+    """Why a sample of ``o`` must run where and whenever robosuite's loop runs it ("" if it need not).
+
+    A sub-step computes a sample only when an observation reads it. That is the stock value only if
+    a skipped sample changes nothing: no delay (it moves the sample point and draws the next
+    delay), a corrupter that is a pure function (noise corrupters draw from numpy's generator) and
+    no filter (robosuite lets a filter keep state or record what it is given).
+    """
+    from robosuite.utils import observables as stock
+
+    if o._delayer is not stock.NO_DELAY:
+        return "an observable has a sampling delay"
+    corrupter = o._corrupter
+    pure = corrupter is stock.NO_CORRUPTION or (
+        getattr(corrupter, "__module__", "") == stock.__name__ and getattr(corrupter, "__qualname__", "") in _PURE_CORRUPTERS
+    )
+    if not pure:
+        return "an observable has a corrupter that may draw random numbers or keep state"
+    if o._filter is not stock.NO_FILTER:
+        return "an observable has a filter (it may keep state)"
+    return ""
 
 
 def sample_observables(raw: Any, observables: Iterable[Any]) -> None:
