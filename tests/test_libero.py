@@ -576,7 +576,7 @@ def test_wrap_an_existing_libero_env(stock_env, libero_task, actions):
 
     env = fastenv.wrap(stock_env._env, chunk=4, modalities=["agentview_image"])  # LIBERO's own env
     assert isinstance(env.unwrapped.adapter, LiberoAdapter)
-    assert not stock_env.env.hard_reset  # resets in place while adopted
+    assert env.unwrapped.adapter.hard_reset == stock_env.env.hard_reset  # resets as it was built to
     stock_env.reset()
     stock_env.set_init_state(libero_task.init_states[0])
     obs, *_ = env.step(actions[:4])
@@ -592,6 +592,40 @@ def test_wrap_an_existing_libero_env(stock_env, libero_task, actions):
     assert raw.hard_reset  # its own setting back
     ref = stock_reset(stock_env, libero_task, 0)
     assert {"agentview_image", "robot0_eye_in_hand_image", "robot0_proprio-state"} <= set(ref)
+
+
+def test_a_wrapped_envs_seeded_reset_is_a_fresh_envs_first_and_init_states_make_the_users_agree():
+    # What docs/backends/libero.md says of a wrapped env's seeded reset, on a task whose scene
+    # appends object-property samplers at every model load (libero_spatial 4).
+    from fastenv.backends.libero import LiberoTask, _libero
+
+    _libero()
+    from libero.libero.envs import OffScreenRenderEnv
+
+    task = LiberoTask.load("libero_spatial", 4)
+
+    def build():
+        return OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_names=[], use_camera_obs=False)
+
+    fresh, own, user = build(), build(), build()
+    env = fastenv.wrap(user)
+    try:
+        fresh.seed(7)
+        first = fresh.reset()  # a fresh env's first seeded reset
+        own.reset()
+        own.seed(7)
+        again = own.reset()  # the same env's own second reset draws more numbers first
+        key = "object-state"
+        for _ in range(2):
+            obs, _ = env.reset(seed=7)
+            assert np.array_equal(obs[key], first[key])
+        assert not np.array_equal(again[key], first[key])
+        state = task.init_states[0]
+        assert np.array_equal(user.set_init_state(state)[key], own.set_init_state(state)[key])
+    finally:
+        env.close()
+        for e in (fresh, own, user):
+            e.close()
 
 
 def _context(env):

@@ -159,7 +159,9 @@ class LiberoAdapter:
         """Adopt a LIBERO env the user already built (``OffScreenRenderEnv`` / ``ControlEnv``).
 
         Such an env keeps the cameras it was built with: keys needing others raise ValueError.
-        It resets with robosuite's own reset, as no init states are attached to it.
+        It resets with robosuite's own reset, as it was built to (robosuite's default reloads the
+        model): no init state is attached to it, and without one robosuite's in-place reset
+        places objects other than a rebuilt env does (it starts from the last scene).
         """
         self = cls.__new__(cls)
         raw = env.env
@@ -167,11 +169,9 @@ class LiberoAdapter:
         self.camera_size = (int(raw.camera_heights[0]), int(raw.camera_widths[0])) if raw.camera_names else (128, 128)
         self.render_mode = None
         self.render_camera = raw.camera_names[0] if raw.camera_names else "agentview"
-        # Reset in place (bit for bit a rebuilt env's reset, see _reset_sim); close() gives the
-        # env back with its own setting.
         self.fast_substep = True
         self._user_hard_reset = bool(raw.hard_reset)
-        self.hard_reset = raw.hard_reset = False
+        self.hard_reset = bool(raw.hard_reset)
         self.init_state_id = None
         self._env = env
         self._owned = False
