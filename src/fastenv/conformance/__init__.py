@@ -8,6 +8,7 @@ stepped one action at a time on the same seeds and actions, comparing every valu
 
 from __future__ import annotations
 
+import gc
 import json
 import platform
 import random
@@ -109,6 +110,27 @@ def run_cases(
     if bar is not None:
         bar.close()
     return outcomes
+
+
+class Resident:
+    """The one runner (a task's envs) a backend keeps alive between cases, replaced when its key changes."""
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.runner: Any = None
+
+    def get(self, key: Any, build: Callable[[], Any]) -> Any:
+        if self.runner is None or self.key != key:
+            self.close()
+            self.runner, self.key = build(), key
+        return self.runner
+
+    def close(self) -> None:
+        """Close the runner's envs, if any."""
+        runner, self.runner, self.key = self.runner, None, None
+        if runner is not None:
+            runner.close()
+            gc.collect()
 
 
 class Skip(Exception):

@@ -33,14 +33,13 @@ a truly fresh env.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fastenv.conformance import Case, Comparer, Mismatch
+from fastenv.conformance import Case, Comparer, Mismatch, Resident
 
 BACKEND = "libero"
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
@@ -102,23 +101,12 @@ def task_keys(task: str) -> list[str]:
 
 
 # -- the runner of one task (its envs are built once, for all its cases) -----------------------------
-_CURRENT: dict[str, Any] = {}
+_RESIDENT = Resident()
+close = _RESIDENT.close  # closes the envs of the task last checked
 
 
 def _runner(task: str) -> _TaskRunner:
-    runner = _CURRENT.get("runner")
-    if runner is None or runner.task_name != task:
-        close()
-        runner = _CURRENT["runner"] = _TaskRunner(task)
-    return runner
-
-
-def close() -> None:
-    """Close the envs of the task last checked."""
-    runner = _CURRENT.pop("runner", None)
-    if runner is not None:
-        runner.close()
-        gc.collect()
+    return _RESIDENT.get(task, lambda: _TaskRunner(task))
 
 
 def check(case: Case, cmp: Comparer) -> None:

@@ -27,14 +27,13 @@ observation. ``fastenv conform libero_rates`` runs it (default: the first task o
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fastenv.conformance import Case, Comparer, Mismatch
+from fastenv.conformance import Case, Comparer, Mismatch, Resident
 
 BACKEND = "libero_rates"
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
@@ -122,25 +121,14 @@ class _StockSettings:
 
 
 # -- one task's runs -------------------------------------------------------------------------------
-_CURRENT: dict[str, Any] = {}
-
-
-def close() -> None:
-    """Close the envs of the task last checked."""
-    runner = _CURRENT.pop("runner", None)
-    if runner is not None:
-        runner.close()
-        gc.collect()
+_RESIDENT = Resident()
+close = _RESIDENT.close  # closes the envs of the task and rate last checked
 
 
 def check(case: Case, cmp: Comparer) -> None:
     """Play the case through ``fastenv.wrap`` and through the same env unwrapped; raise ``Mismatch`` at a difference."""
-    runner = _CURRENT.get("runner")
-    key = (case.task, case.option("control_freq"))
-    if runner is None or runner.key != key:
-        close()
-        runner = _CURRENT["runner"] = _RateRunner(case.task, case.option("control_freq"))
-    runner.check(case, cmp)
+    task, freq = case.task, case.option("control_freq")
+    _RESIDENT.get((task, freq), lambda: _RateRunner(task, freq)).check(case, cmp)
 
 
 @dataclass
@@ -159,7 +147,6 @@ class _RateRunner:
         from fastenv.backends.libero import LiberoTask
 
         suite, _, task_id = task.partition("/")
-        self.key = (task, control_freq)
         self.task = LiberoTask.load(suite, int(task_id))
         self.control_freq = control_freq
         self.seed = SEED + int(task_id)
