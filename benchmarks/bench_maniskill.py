@@ -8,9 +8,12 @@ fastenv's vector env (its workers) with chunks of 1, 8 and 32. Resets: is the st
 long pole of an episode (ms per reset against ms per step, and its share of an episode of
 PickCube's 50 steps)? PPO-shaped (``--parts ppo``): ManiSkill's PPO baseline's loop on the CPU
 (PushCube-v1, a policy per action, rollout buffers, GAE and one update epoch), state and a 128-px
-rgb camera, on ManiSkill's own CPU paths (its vector env over its one CPU env; Gymnasium's
-AsyncVectorEnv over its ``CPUGymWrapper`` envs) against fastenv (the drop-in ``make_vec``, one
-action per step; and chunks of 8 actions per observation). Configurations are timed in
+rgb camera, on ManiSkill's own CPU paths (its vector env over its one CPU env, with its
+``FlattenRGBDObservationWrapper`` for rgb; Gymnasium's AsyncVectorEnv over its ``CPUGymWrapper``
+envs) against fastenv (the drop-ins: ``make_vec`` for state, ``make`` + fastenv's
+``FlattenRGBDObservationWrapper`` + ``ManiSkillVectorEnv`` for rgb with one action per step and
+with chunks of 8; and fastenv's own vector env, one action per step and chunks of 8 actions per
+observation). Configurations are timed in
 interleaved rounds; ratios are medians of per-round ratios. Writes JSON to --out.
 
     python benchmarks/bench_maniskill.py --rounds 3
@@ -150,6 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ppo-envs", type=int, default=8, help="envs of the PPO-shaped run (ManiSkill's one CPU env aside)")
     parser.add_argument("--ppo-steps", type=int, default=32, help="rollout steps per env per PPO iteration (a multiple of 8)")
     parser.add_argument("--ppo-obs", nargs="+", default=["state", "rgb"], choices=["state", "rgb"])
+    parser.add_argument("--ppo-camera", type=int, default=128, help="camera side of the PPO-shaped rgb rows (px, >= 64)")
     parser.add_argument("--out", default="results/bench_maniskill.json")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.tasks) - set(TASKS))
@@ -157,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"unknown task(s) {unknown}; choose from {list(TASKS)}")
     if "ppo" in args.parts and (args.ppo_steps < 8 or args.ppo_steps % 8):
         parser.error(f"--ppo-steps must be a positive multiple of 8 (the chunked rows send 8 actions at a time), got {args.ppo_steps}")
+    if "ppo" in args.parts and args.ppo_camera < 64:
+        parser.error(f"--ppo-camera must be at least 64 px (the policy's CNN shrinks an image 30-fold), got {args.ppo_camera}")
     chunked = {"single": args.steps, "vector": args.vector_steps}  # the parts that step chunks of up to 32
     short = {part: n for part, n in chunked.items() if part in args.parts and n < 32}
     if short:

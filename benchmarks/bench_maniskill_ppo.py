@@ -9,8 +9,12 @@ beside the state) do, with partial resets (its training default). Stacks:
   sim_backend="physx_cpu"))``, what ``ppo.py`` runs on a CPU machine): one env;
 - Gymnasium's ``AsyncVectorEnv`` over ManiSkill's ``CPUGymWrapper`` envs (ManiSkill's CPU
   vectorization), one process per env;
-- fastenv's drop-in (``fastenv.integrations.maniskill.make_vec``, one action per step; state only,
-  as ``ppo.py`` uses it);
+- fastenv's drop-in for ``ppo.py`` (``fastenv.integrations.maniskill.make_vec``, one action per
+  step; state);
+- fastenv's drop-in for ``ppo_rgb.py`` (rgb: ``make`` with ManiSkill's obs mode, fastenv's
+  ``FlattenRGBDObservationWrapper`` and ``ManiSkillVectorEnv``, what the patched script runs: the
+  observation ManiSkill's stock path gives), one action per step and chunks of 8 actions per
+  observation through the same wrappers;
 - fastenv's vector env, one action per step, and chunks of 8 actions per observation (the policy
   outputs 8 actions; physics, reward and termination still every step, the camera once per chunk).
 
@@ -82,12 +86,17 @@ def _policy(state_dim: int, act_dim: int, chunk: int, image: bool) -> Any:
 
 
 # -- the stacks: reset() -> obs {"state"[, "rgb"]} as torch; step(actions (N, chunk, A)) -> obs, reward, done ----
+def _camera(image: bool, size: int) -> dict[str, Any]:
+    """ManiSkill's env arguments for the camera side (none without an image)."""
+    return {"sensor_configs": dict(width=size, height=size)} if image else {}
+
+
 class ManiSkillOneEnv:
     """ManiSkill's vector env over its one CPU env (rgb: its FlattenRGBDObservationWrapper, as ppo_rgb.py)."""
 
     chunk = 1
 
-    def __init__(self, image: bool) -> None:
+    def __init__(self, image: bool, size: int) -> None:
         from fastenv.backends.maniskill import configure_vulkan
 
         configure_vulkan()
@@ -95,7 +104,7 @@ class ManiSkillOneEnv:
         from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
         from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
-        env = gym.make(TASK, num_envs=1, obs_mode="rgb" if image else "state", sim_backend="physx_cpu")
+        env = gym.make(TASK, num_envs=1, obs_mode="rgb" if image else "state", sim_backend="physx_cpu", **_camera(image, size))
         if image:
             env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
         self.env = ManiSkillVectorEnv(env, 1, ignore_terminations=False, record_metrics=True)
@@ -115,7 +124,7 @@ class ManiSkillOneEnv:
         self.env.close()
 
 
-def _cpu_gym_env(image: bool) -> gym.Env:
+def _cpu_gym_env(image: bool, size: int) -> gym.Env:
     from fastenv.backends.maniskill import configure_vulkan
 
     configure_vulkan()
@@ -123,7 +132,7 @@ def _cpu_gym_env(image: bool) -> gym.Env:
     from mani_skill.utils.wrappers import CPUGymWrapper
     from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
 
-    env = gym.make(TASK, num_envs=1, obs_mode="rgb" if image else "state", sim_backend="physx_cpu")
+    env = gym.make(TASK, num_envs=1, obs_mode="rgb" if image else "state", sim_backend="physx_cpu", **_camera(image, size))
     if image:
         env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
     return CPUGymWrapper(env, record_metrics=True)
@@ -176,24 +185,57 @@ class DropIn:
         self.env.close()
 
 
-def build_stacks(image: bool, num_envs: int, workers: int) -> dict[str, Any]:
+class DropInRGB:
+    """fastenv's drop-in for ppo_rgb.py: ManiSkill's rgb obs mode, FlattenRGBDObservationWrapper and
+    ManiSkillVectorEnv from fastenv (torch in and out), one action per step or chunks."""
+
+    def __init__(self, num_envs: int, workers: int, chunk: int, size: int) -> None:
+        from fastenv.integrations.maniskill import FlattenRGBDObservationWrapper, ManiSkillVectorEnv, make
+
+        options = dict(obs_mode="rgb", num_workers=workers, camera_size=size)
+        # make() sends one action per step, as the script; chunks come from the vector env it builds on
+        envs = make(TASK, num_envs, **options) if chunk == 1 else gym.make_vec(
+            "fastenv/ManiSkill-v0", num_envs=num_envs, env_id=TASK, chunk=chunk, modalities=None, **options
+        )
+        envs = FlattenRGBDObservationWrapper(envs, rgb=True, depth=False, state=True)  # ppo_rgb.py's flags
+        self.env = ManiSkillVectorEnv(envs, num_envs, ignore_terminations=False, record_metrics=True, device="cpu")
+        self.num_envs, self.chunk = num_envs, chunk
+
+    def reset(self, seed: int) -> dict[str, Any]:
+        obs = self.env.reset(seed=seed)[0]
+        return {"state": obs["state"], "rgb": obs["rgb"]}
+
+    def step(self, actions: Any) -> tuple[dict[str, Any], Any, Any]:
+        obs, reward, term, trunc, _ = self.env.step(actions[:, 0] if self.chunk == 1 else actions)
+        return {"state": obs["state"], "rgb": obs["rgb"]}, reward.float(), (term | trunc).float()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def build_stacks(image: bool, num_envs: int, workers: int, size: int = 128) -> dict[str, Any]:
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
     import fastenv  # noqa: F401  (registers fastenv/ManiSkill-v0)
 
-    stacks: dict[str, Any] = {"stock ManiSkillVectorEnv, 1 CPU env": ManiSkillOneEnv(image)}
+    stacks: dict[str, Any] = {"stock ManiSkillVectorEnv, 1 CPU env": ManiSkillOneEnv(image, size)}
     stock_keys = {"state": "state", "rgb": "rgb"} if image else {"state": "state"}
     stacks[f"stock AsyncVectorEnv, {num_envs} CPUGymWrapper envs"] = NumpyVector(
-        AsyncVectorEnv([functools.partial(_cpu_gym_env, image)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn"), 1, stock_keys
+        AsyncVectorEnv([functools.partial(_cpu_gym_env, image, size)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn"),
+        1, stock_keys,
     )
     if not image:
         stacks[f"fastenv drop-in make_vec, {num_envs} envs"] = DropIn(num_envs, workers)
+    else:
+        for chunk in (1, CHUNK):
+            name = f"fastenv drop-in + FlattenRGBDObservationWrapper, {num_envs} envs, chunk {chunk}" + (" (1 obs / 8 steps)" if chunk > 1 else "")
+            stacks[name] = DropInRGB(num_envs, workers, chunk, size)
     keys = ["state", "base_camera_rgb"] if image else ["state"]
     ours_keys = {"state": "state", "rgb": "base_camera_rgb"} if image else {"state": "state"}
     for chunk in (1, CHUNK):
         envs = gym.make_vec(
             "fastenv/ManiSkill-v0", num_envs=num_envs, num_workers=workers, env_id=TASK, chunk=chunk, modalities=keys,
-            camera_size=128 if image else None,
+            camera_size=size if image else None,
         )
         stacks[f"fastenv, {num_envs} envs, chunk {chunk}" + (" (1 obs / 8 steps)" if chunk > 1 else "")] = NumpyVector(envs, chunk, ours_keys)
     return stacks
@@ -252,9 +294,9 @@ def bench_ppo(args: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for obs_kind in args.ppo_obs:
         image = obs_kind == "rgb"
-        label = "rgb 128 px + state" if image else "state"
+        label = f"rgb {args.ppo_camera} px + state" if image else "state"
         print(f"\n== PPO-shaped, PushCube-v1, {label}: {env_steps} env steps per iteration ==", flush=True)
-        stacks = build_stacks(image, args.ppo_envs, args.workers)
+        stacks = build_stacks(image, args.ppo_envs, args.workers, args.ppo_camera)
         runs: dict[str, dict[str, Any]] = {}
         for i, (name, stack) in enumerate(stacks.items()):
             obs = stack.reset(seed=i)

@@ -417,3 +417,43 @@ def test_bad_seeds_are_refused(seed, match):
     with pytest.raises(ValueError, match=match):
         envs.reset(seed=seed)
     envs.reset(seed=[1, None, 3, None])  # None: that env unseeded
+
+
+def test_the_batched_env_refuses_several_agents_clearly():
+    from gymnasium import spaces
+
+    env = FakeManiSkillEnv()
+    env.single_action_space = spaces.Dict({"panda-0": spaces.Box(-1, 1, (3,)), "panda-1": spaces.Box(-1, 1, (3,))})
+    with pytest.raises(ValueError, match=r"several agents \(a Dict action space\) runs on ManiSkill's CPU simulation"):
+        ManiSkillVectorEnv(env)
+
+
+def test_flatten_rgbd_on_the_batched_path_is_maniskills_flattening():
+    # fastenv's FlattenRGBDObservationWrapper over the batched env (torch in, torch out) against
+    # ManiSkill's own FlattenRGBDObservationWrapper.observation on the stand-in's raw observations,
+    # final observations included.
+    from types import SimpleNamespace
+
+    pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv-rl[maniskill]")')
+    from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper as Stock
+
+    from fastenv.integrations.maniskill import FlattenRGBDObservationWrapper
+
+    flags = dict(include_rgb=True, include_depth=True, include_state=True, sep_depth=True)
+    stock = SimpleNamespace(**flags, base_env=SimpleNamespace(device=torch.device("cpu")))
+    ref_env = FakeManiSkillEnv(enhanced_determinism=True)
+    envs = FlattenRGBDObservationWrapper(ManiSkillVectorEnv(FakeManiSkillEnv(enhanced_determinism=True), max_episode_steps=3))
+    assert list(envs.single_observation_space) == ["state", "rgb", "depth"]
+    assert envs.single_observation_space["rgb"].shape == (4, 4, 6)  # two cameras on the channel axis
+    obs, _ = envs.reset(seed=0)
+    ref, _ = ref_env.reset(seed=[0, 1, 2, 3])
+    for t in range(3):
+        want = Stock.observation(stock, dict(ref))
+        assert list(obs) == list(want) and all(torch.equal(obs[k], want[k]) for k in want), t
+        action = torch.full((4, 3), 0.1)
+        obs, _, _, truncated, infos = envs.step(action)
+        ref, *_ = ref_env.step(action)
+    assert bool(truncated.all())
+    want = Stock.observation(stock, dict(ref))
+    for i, final in enumerate(infos["final_obs"]):
+        assert list(final) == list(want) and all(torch.equal(final[k], want[k][i]) for k in want)

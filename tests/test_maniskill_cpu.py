@@ -411,19 +411,142 @@ def test_maniskill_conventions_equal_maniskills_own_vector_env(ignore_terminatio
         stock.close()
 
 
+def stock_vector(env_id: str, wrap=None, **kwargs):
+    """ManiSkill's own stack on its one CPU env: gym.make, a ManiSkill wrapper or none, its ManiSkillVectorEnv."""
+    from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv as Stock
+
+    env = gym.make(env_id, num_envs=1, sim_backend="physx_cpu", **kwargs)
+    return Stock(env if wrap is None else wrap(env), 1, record_metrics=True)
+
+
+def assert_same_tree(ours, ref, where):
+    """Same keys in the same order, dtypes, shapes and values (tensors, or dicts of them). A camera's
+    textures may come in any order: ManiSkill's ``Camera.get_obs`` lists them from a set of texture
+    names, so two processes (the script's and a worker) order them by their own string hashes."""
+    from mani_skill.utils.common import flatten_dict_keys
+
+    ours, ref = (flatten_dict_keys(x) if isinstance(x, dict) else {"": x} for x in (ours, ref))
+    cams = lambda keys: [k.rsplit("/", 1)[0] for k in keys if k.startswith("sensor_data/")]  # noqa: E731
+    other = lambda keys: [k for k in keys if not k.startswith("sensor_data/")]  # noqa: E731
+    assert other(ours) == other(ref) and sorted(ours) == sorted(ref), f"{where}: keys {list(ours)} != stock {list(ref)}"
+    assert list(dict.fromkeys(cams(ours))) == list(dict.fromkeys(cams(ref))), f"{where}: cameras in another order"
+    for key, value in ref.items():
+        got = ours[key]
+        assert (got.dtype, tuple(got.shape)) == (value.dtype, tuple(value.shape)), f"{where} {key}: {got.dtype} {tuple(got.shape)}"
+        assert torch.equal(got.cpu(), value.cpu()), f"{where} {key}"
+
+
+def run_side_by_side(ours_envs, stock, action_dim: int, steps: int) -> int:
+    """Step both with the same actions, comparing observations (final ones too) and rewards; the episodes ended."""
+    assert_same_tree(ours_envs.reset(seed=3)[0], stock.reset(seed=3)[0], "reset")
+    rng = np.random.default_rng(0)
+    ended = 0
+    for t in range(steps):
+        action = torch.as_tensor(rng.uniform(-1, 1, (1, action_dim)), dtype=torch.float32)
+        obs, reward, term, trunc, infos = ours_envs.step(action)
+        ref, ref_reward, ref_term, ref_trunc, ref_infos = stock.step(action)
+        assert_same_tree(obs, ref, f"step {t}")
+        assert torch.equal(reward, ref_reward) and torch.equal(term | trunc, ref_term | ref_trunc), t
+        assert ("final_observation" in infos) == ("final_observation" in ref_infos), t
+        if "final_observation" in ref_infos:
+            ended += 1
+            assert_same_tree(infos["final_observation"], ref_infos["final_observation"], f"step {t} final")
+    return ended
+
+
+def test_the_drop_ins_visual_observation_is_maniskills_nested_one():
+    # A visual obs mode's raw observation: agent and extra groups (PickCube's extra in its own, unsorted
+    # order, with a bool), sensor_param and sensor_data, as ManiSkill's vector env gives them, step
+    # for step, final observations included.
+    from fastenv.integrations.maniskill import ManiSkillVectorEnv, make
+
+    kwargs = dict(obs_mode="rgbd", sensor_configs=dict(width=SIZE, height=SIZE), max_episode_steps=5, enhanced_determinism=True)
+    stock = stock_vector("PickCube-v1", **kwargs)
+    ours_envs = ManiSkillVectorEnv(make("PickCube-v1", num_envs=1, num_workers=1, **kwargs), 1, record_metrics=True)
+    try:
+        assert ours_envs.single_observation_space == stock.single_observation_space
+        assert list(ours_envs.single_observation_space["extra"]) == ["is_grasped", "tcp_pose", "goal_pos"]
+        assert run_side_by_side(ours_envs, stock, 8, 7) == 1
+    finally:
+        ours_envs.close()
+        stock.close()
+
+
+@pytest.mark.parametrize("flags", [
+    dict(rgb=True, depth=False, state=True),  # ppo_rgb.py's
+    dict(rgb=True, depth=True, state=True, sep_depth=False),  # one "rgbd" array
+    dict(rgb=False, depth=True, state=False),
+])
+def test_flatten_rgbd_observation_wrapper_equals_maniskills(flags):
+    # ManiSkill's gym.make + FlattenRGBDObservationWrapper + ManiSkillVectorEnv against fastenv's make +
+    # FlattenRGBDObservationWrapper + ManiSkillVectorEnv: the keys, dtypes, shapes and values the
+    # script sees, every step and every final observation.
+    from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper as StockFlatten
+
+    from fastenv.integrations.maniskill import FlattenRGBDObservationWrapper, ManiSkillVectorEnv, make
+
+    kwargs = dict(obs_mode="rgbd", sensor_configs=dict(width=SIZE, height=SIZE), max_episode_steps=5, enhanced_determinism=True)
+    stock = stock_vector("PickCube-v1", lambda env: StockFlatten(env, **flags), **kwargs)
+    ours_envs = ManiSkillVectorEnv(FlattenRGBDObservationWrapper(make("PickCube-v1", num_envs=1, num_workers=1, **kwargs), **flags), 1,
+                                   record_metrics=True)
+    try:
+        assert ours_envs.single_observation_space == stock.single_observation_space
+        assert list(ours_envs.single_observation_space) == list(stock.single_observation_space)
+        assert run_side_by_side(ours_envs, stock, 8, 7) == 1
+    finally:
+        ours_envs.close()
+        stock.close()
+
+
+def test_flatten_action_space_wrapper_equals_maniskills_on_a_two_robot_task():
+    # TwoRobotStackCube-v1: a Dict action of two 8-dim agents, one flat 16-dim action in the script.
+    from mani_skill.utils.wrappers.flatten import FlattenActionSpaceWrapper as StockFlatten
+
+    from fastenv.integrations.maniskill import FlattenActionSpaceWrapper, ManiSkillVectorEnv, make
+
+    kwargs = dict(obs_mode="state", max_episode_steps=4, enhanced_determinism=True)
+    stock = stock_vector("TwoRobotStackCube-v1", StockFlatten, **kwargs)
+    envs = make("TwoRobotStackCube-v1", num_envs=1, num_workers=1, **kwargs)
+    assert isinstance(envs.single_action_space, gym.spaces.Dict)
+    ours_envs = ManiSkillVectorEnv(FlattenActionSpaceWrapper(envs), 1, record_metrics=True)
+    try:
+        assert ours_envs.single_action_space == stock.single_action_space == gym.spaces.Box(-1, 1, (16,), np.float32)
+        assert run_side_by_side(ours_envs, stock, 16, 6) == 1
+        with pytest.raises(ValueError, match=r"actions must have shape \(1, 16\)"):
+            ours_envs.step(torch.zeros(1, 8))
+    finally:
+        ours_envs.close()
+        stock.close()
+
+
+def test_the_flatten_wrappers_refuse_what_they_cannot_flatten():
+    from fastenv.integrations.maniskill import FlattenActionSpaceWrapper, FlattenRGBDObservationWrapper
+
+    cartpole = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with pytest.raises(TypeError, match=r"replace gym.make\(env_id, num_envs=N, ...\) with make"):
+        FlattenRGBDObservationWrapper(gym.make("CartPole-v1"))
+    with pytest.raises(ValueError, match="needs camera observations: make the envs with a visual obs_mode"):
+        FlattenRGBDObservationWrapper(cartpole)
+    with pytest.raises(TypeError, match="flattens a Dict action space"):
+        FlattenActionSpaceWrapper(cartpole)
+    cartpole.close()
+
+
 MANISKILL_PPO = os.environ.get("MANISKILL_PPO_SCRIPT")
+MANISKILL_PPO_RGB = os.environ.get("MANISKILL_PPO_RGB_SCRIPT")
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs" / "backends" / "maniskill.md"
 
 
-def patch_block(path: Path) -> str:
+def patch_block(path: Path, script: str = "ppo.py") -> str:
     text = path.read_text()
-    start = text.index("<!-- patch: ManiSkill's examples/baselines/ppo/ppo.py -->")
+    start = text.index(f"<!-- patch: ManiSkill's examples/baselines/ppo/{script} -->")
     return text[start:].split("```diff\n", 1)[1].split("```", 1)[0]
 
 
-def readme_patch() -> list[tuple[str, str]]:
-    """The README's patch of ManiSkill's ppo.py: (lines removed, lines added) per hunk."""
-    block = patch_block(README)
+def readme_patch(path: Path = README, script: str = "ppo.py") -> list[tuple[str, str]]:
+    """A documented patch of one of ManiSkill's PPO scripts: (lines removed, lines added) per hunk."""
+    block = patch_block(path, script)
     hunks: list[tuple[list[str], list[str]]] = []
     for line in block.splitlines():
         if line.startswith("@@"):
@@ -435,17 +558,17 @@ def readme_patch() -> list[tuple[str, str]]:
     return [("\n".join(old) + "\n", "\n".join(new) + "\n") for old, new in hunks]
 
 
-def patched_ppo(source: str) -> str:
-    """ManiSkill's PPO script with the README's patch applied (each hunk must match exactly once)."""
-    for old, new in readme_patch():
+def patched_ppo(source: str, path: Path = README, script: str = "ppo.py") -> str:
+    """ManiSkill's PPO script with the documented patch applied (each hunk must match exactly once)."""
+    for old, new in readme_patch(path, script):
         if source.count(old) != 1:
-            raise AssertionError(f"the README's patch expects these lines once in ppo.py, found {source.count(old)}:\n{old}")
+            raise AssertionError(f"the documented patch expects these lines once in {script}, found {source.count(old)}:\n{old}")
         source = source.replace(old, new)
     return source
 
 
 def test_the_readme_patch_changes_only_the_imports_and_gym_make():
-    assert patch_block(README.parent / "docs" / "backends" / "maniskill.md") == patch_block(README)  # the docs show the same patch
+    assert patch_block(DOCS) == patch_block(README)  # the docs show the same patch
     hunks = readme_patch()
     assert len(hunks) == 2
     for old, new in hunks:
@@ -494,23 +617,84 @@ def test_maniskills_ppo_script_runs_with_its_default_flags(tmp_path):
         assert sorted(f) == ["traj_0", "traj_1"] and f["traj_0/actions"].shape[0] == 50 and f["traj_0/obs"].shape[0] == 51
 
 
-def test_the_ppo_shaped_benchmark_runs_every_stack(tmp_path):
+def test_the_docs_ppo_rgb_patch_changes_only_the_imports_and_gym_make():
+    hunks = readme_patch(DOCS, "ppo_rgb.py")
+    assert len(hunks) == 2
+    (imports_old, imports_new), (make_old, make_new) = hunks
+    assert imports_old.count("from mani_skill.") == 3 and imports_new.count("\n") == 1
+    for name in ("FlattenActionSpaceWrapper", "FlattenRGBDObservationWrapper", "ManiSkillVectorEnv", "RecordEpisode", "make"):
+        assert name in imports_new and imports_new.startswith("from fastenv.integrations.maniskill import")
+    assert make_old.count("gym.make(") == 2 and make_old.replace("gym.make(", "make(") == make_new
+    source = "import x\n" + imports_old + "y = 1\n" + make_old + "go()\n"
+    assert patched_ppo(source, DOCS, "ppo_rgb.py") == "import x\n" + imports_new + "y = 1\n" + make_new + "go()\n"
+    assert "ppo_rgb.py" in README.read_text()  # the README points to it beside ppo.py's patch
+
+
+@pytest.mark.skipif(MANISKILL_PPO_RGB is None, reason="set MANISKILL_PPO_RGB_SCRIPT to ManiSkill's examples/baselines/ppo/ppo_rgb.py (not redistributed)")
+def test_maniskills_ppo_rgb_script_runs_with_its_default_flags(tmp_path):
+    # The docs' patch and nothing else, the script's defaults otherwise: the task's 128-px camera,
+    # rgb and state through FlattenRGBDObservationWrapper, render_mode="all" for the evaluation
+    # videos, checkpoints, tensorboard; then --evaluate from the saved checkpoint, which records
+    # ManiSkill's trajectory files of the flattened observations.
+    source = patched_ppo(Path(MANISKILL_PPO_RGB).read_text(), DOCS, "ppo_rgb.py")
+    skip_unless_script_imports(source, "maniskill")
+    script = tmp_path / "ppo_rgb.py"
+    script.write_text(source)
+    args = ["--env-id", "PushCube-v1", "--num-envs", "4", "--num-eval-envs", "2", "--num-steps", "8", "--total-timesteps", "64",
+            "--num-minibatches", "2", "--update-epochs", "1", "--eval-freq", "2", "--num-eval-steps", "50"]
+    out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("SPS:") == 2  # two PPO iterations of 4 envs x 8 steps
+    assert "resulting in 2 episodes" in out.stdout
+    assert "eval_success_once_mean=" in out.stdout and "eval_return_mean=" in out.stdout
+    if not torch.cuda.is_available():
+        assert out.stderr.count("asks for CUDA") == 1
+    (run,) = (tmp_path / "runs").iterdir()
+    assert sorted(p.name for p in run.glob("*.pt")) == ["ckpt_1.pt", "final_ckpt.pt"]
+    assert [p.name for p in (run / "videos").iterdir()] == ["0.mp4"]
+    assert next(run.glob("events.out.tfevents.*")).stat().st_size > 0
+    out = subprocess.run([sys.executable, str(script), "--env-id", "PushCube-v1", "--num-eval-envs", "2", "--num-eval-steps", "50",
+                          "--evaluate", "--checkpoint", str(run / "final_ckpt.pt")], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "eval_success_once_mean=" in out.stdout
+    recorded = run / "test_videos"
+    assert sorted(p.name for p in recorded.iterdir()) == ["0.mp4", "trajectory.h5", "trajectory.json"]
+    import h5py
+
+    with h5py.File(recorded / "trajectory.h5") as f:
+        assert sorted(f) == ["traj_0", "traj_1"]
+        obs = f["traj_0/obs"]
+        assert list(obs) == ["state", "rgb"] and obs["rgb"].shape == (51, 128, 128, 3) and obs["rgb"].dtype == np.uint8
+        assert obs["state"].dtype == np.float32 and f["traj_0/actions"].shape == (50, 8)
+
+
+@pytest.mark.parametrize("obs", ["state", "rgb"])
+def test_the_ppo_shaped_benchmark_runs_every_stack(tmp_path, obs):
     # bench_maniskill.py --parts ppo, small: every stack runs whole PPO iterations and is reported.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import bench_maniskill
 
     out = tmp_path / "ppo.json"
-    payload = bench_maniskill.main(["--parts", "ppo", "--rounds", "1", "--ppo-envs", "2", "--ppo-steps", "8", "--ppo-obs", "state", "--out", str(out)])
+    payload = bench_maniskill.main(["--parts", "ppo", "--rounds", "1", "--ppo-envs", "2", "--ppo-steps", "8", "--ppo-obs", obs,
+                                    "--ppo-camera", "64", "--out", str(out)])
     rows = payload["ppo"]
+    drop_ins = {
+        "state": ["fastenv drop-in make_vec, 2 envs"],
+        "rgb": ["fastenv drop-in + FlattenRGBDObservationWrapper, 2 envs, chunk 1",
+                "fastenv drop-in + FlattenRGBDObservationWrapper, 2 envs, chunk 8 (1 obs / 8 steps)"],
+    }[obs]
     assert [row["config"] for row in rows] == [
-        "stock ManiSkillVectorEnv, 1 CPU env", "stock AsyncVectorEnv, 2 CPUGymWrapper envs", "fastenv drop-in make_vec, 2 envs",
+        "stock ManiSkillVectorEnv, 1 CPU env", "stock AsyncVectorEnv, 2 CPUGymWrapper envs", *drop_ins,
         "fastenv, 2 envs, chunk 1", "fastenv, 2 envs, chunk 8 (1 obs / 8 steps)",
     ]
+    assert {row["obs"] for row in rows} == {"state" if obs == "state" else "rgb 64 px + state"}
     assert all(row["env_steps_per_s"] > 0 and row["rollout_env_steps_per_s"] >= row["env_steps_per_s"] for row in rows)
     assert rows[0]["x_stock"] == 1.0 and payload["settings"]["ppo_steps"] == 8
     assert out.exists()
     with pytest.raises(SystemExit):
         bench_maniskill.main(["--parts", "ppo", "--ppo-steps", "12", "--out", str(out)])
+    with pytest.raises(SystemExit):  # the policy's CNN needs 64 px
+        bench_maniskill.main(["--parts", "ppo", "--ppo-camera", "32", "--out", str(out)])
 
 
 def test_the_gpu_benchmark_compares_the_three_vector_envs_over_one_env(tmp_path):

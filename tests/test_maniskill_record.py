@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -40,6 +42,75 @@ def assert_same_h5(ours: Path, ref: Path) -> int:
     for name, (dtype, value) in want.items():
         assert got[name][0] == dtype and np.array_equal(got[name][1], value), name
     return len([name for name in want if name.count("/") == 1 and name.endswith("/actions")])
+
+
+def differences(ours, ref, path: str = "") -> list[str]:
+    """Every place where two nested results differ: dict keys and their order, types, dtypes, shapes, values."""
+    if isinstance(ref, Mapping):
+        if not isinstance(ours, Mapping):
+            return [f"{path}: {type(ours).__name__}, ManiSkill's is a dict"]
+        out = [] if list(ours) == list(ref) else [f"{path}: keys {list(ours)}, ManiSkill's {list(ref)}"]
+        return out + [d for key in ref if key in ours for d in differences(ours[key], ref[key], f"{path}/{key}")]
+    if type(ours) is not type(ref):
+        return [f"{path}: {type(ours).__name__}, ManiSkill's {type(ref).__name__}"]
+    if isinstance(ref, (list, tuple)):
+        if len(ours) != len(ref):
+            return [f"{path}: {len(ours)} items, ManiSkill's {len(ref)}"]
+        return [d for i, (a, b) in enumerate(zip(ours, ref)) for d in differences(a, b, f"{path}[{i}]")]
+    if isinstance(ref, torch.Tensor):
+        ours, ref = ours.cpu(), ref.cpu()
+        if ours.dtype != ref.dtype or ours.shape != ref.shape:
+            return [f"{path}: {ours.dtype} {tuple(ours.shape)}, ManiSkill's {ref.dtype} {tuple(ref.shape)}"]
+        return [] if torch.equal(ours, ref) else [f"{path}: {ours}, ManiSkill's {ref}"]
+    if isinstance(ref, (np.ndarray, np.generic)):
+        if ours.dtype != ref.dtype or ours.shape != ref.shape:
+            return [f"{path}: {ours.dtype} {ours.shape}, ManiSkill's {ref.dtype} {ref.shape}"]
+        return [] if np.array_equal(ours, ref) else [f"{path}: {ours}, ManiSkill's {ref}"]
+    return [] if ours == ref else [f"{path}: {ours!r}, ManiSkill's {ref!r}"]
+
+
+def h5_nested(path: Path) -> dict:
+    """An h5 file as nested dicts: each group's attributes and members in order, each dataset's
+    dtype, shape, compression, attributes and values."""
+    import h5py
+
+    def walk(node):
+        if isinstance(node, h5py.Dataset):
+            return {"dtype": node.dtype, "shape": node.shape, "compression": node.compression,
+                    "compression_opts": node.compression_opts, "attrs": dict(node.attrs), "value": node[()]}
+        return {"attrs": dict(node.attrs), "members": {name: walk(node[name]) for name in node}}
+
+    with h5py.File(path, "r") as f:
+        return walk(f)
+
+
+def assert_same_files(ours: Path, ref: Path) -> None:
+    """The recorder's files: the same names, videos byte for byte, .json and .h5 compared entry by entry."""
+    names = sorted(p.name for p in ref.iterdir())
+    assert sorted(p.name for p in ours.iterdir()) == names
+    for name in names:
+        if name.endswith(".json"):
+            assert differences(json.loads((ours / name).read_text()), json.loads((ref / name).read_text()), name) == []
+        elif name.endswith(".h5"):
+            assert differences(h5_nested(ours / name), h5_nested(ref / name), name) == []
+        else:
+            assert (ours / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+def _copied(value):
+    if isinstance(value, Mapping):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_copied(item) for item in value)
+    return value.clone() if isinstance(value, torch.Tensor) else value.copy() if isinstance(value, np.ndarray) else value
+
+
+def rollout(envs, seed, actions) -> list:
+    """What the script sees: the reset's (obs, info) and every step's five results, copied as they came."""
+    seen = [_copied(envs.reset(seed=seed))]
+    seen += [_copied(envs.step(action)) for action in actions]
+    envs.close()
+    return seen
 
 
 def stock_record():
@@ -161,7 +232,7 @@ def test_record_episode_says_what_it_needs():
         ms.RecordEpisode(loud, "out", save_trajectory=False)
     with pytest.raises(ValueError, match=r"capture takes \['render', 'state'\], got \['depth'\]"):
         loud.sim.set_capture(["depth"])
-    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+    with pytest.raises(ValueError, match="recording frames needs the env built with a render_mode"):
         quiet.sim.set_capture(["render"])
     with pytest.raises(ValueError, match="render_substeps"):
         ms.RecordEpisode(loud, "out", save_trajectory=False, max_steps_per_video=5, render_substeps=True)
@@ -268,17 +339,12 @@ def test_cpu_recording_writes_maniskills_files(tmp_path, monkeypatch):
             assert np.array_equal(got[prefix + name][1], tree[ref + name][1]), name
 
 
-def test_the_scripts_construction_on_the_batched_path_writes_maniskills_files(tmp_path, monkeypatch):
-    # ppo.py's own steps with CUDA at hand: make(..., sim_backend="physx_cuda") builds the batched env
-    # (here the stand-in in place of ManiSkill's GPU world), then RecordEpisode and
-    # ManiSkillVectorEnv; the files are those of gym.make + ManiSkill's two wrappers, env_info included.
+def script_on_the_batched_path(monkeypatch, asked: dict):
+    """ppo.py's ``make(..., sim_backend="physx_cuda")`` with CUDA at hand: the stand-in in place of
+    ManiSkill's GPU world. Returns what ManiSkill's ``gym.make`` with ``asked`` would build."""
     import gymnasium as gym
 
     import fastenv.backends.maniskill as backend
-    from fastenv.integrations import maniskill as ms
-
-    Record, StockVector, TimeLimitWrapper = stock_record()
-    asked = dict(obs_mode="state", render_mode="rgb_array", sim_backend="physx_cuda")
 
     def fake(num_envs, render_mode=None, **_):
         env = FakeManiSkillEnv(num_envs=num_envs, obs_mode="state", max_goal=8, render_mode=render_mode, enhanced_determinism=True)
@@ -287,18 +353,105 @@ def test_the_scripts_construction_on_the_batched_path_writes_maniskills_files(tm
 
     monkeypatch.setattr(backend, "uses_gpu", lambda num_envs, sim_backend: True)
     monkeypatch.setattr(backend, "build", lambda env_id, num_envs, **kwargs: fake(num_envs, **kwargs))
-    monkeypatch.setattr(backend, "_maniskill", lambda: {"Fake-v1": gym.envs.registration.EnvSpec("Fake-v1", max_episode_steps=6)})
+    monkeypatch.setattr(backend, "_maniskill", lambda: {"Fake-v1": SimpleNamespace(max_episode_steps=6, default_kwargs={})})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    options = dict(trajectory_name="trajectory", max_steps_per_video=6, video_fps=30)
-    stock = StockVector(Record(TimeLimitWrapper(fake(4, render_mode="rgb_array"), 6), str(tmp_path / "stock"), **options), 4,
-                        ignore_terminations=False, record_metrics=True)
-    envs = ms.make("Fake-v1", num_envs=4, **asked)
+    return fake
+
+
+@pytest.mark.parametrize("num_envs,ignore_terminations", [(1, False), (4, False), (4, True)])
+def test_the_script_on_the_batched_path_sees_maniskills_infos_and_files(tmp_path, monkeypatch, num_envs, ignore_terminations):
+    # ppo.py's make, RecordEpisode and ManiSkillVectorEnv on the batched path (the stand-in): what the
+    # script sees after the reset and each step (observations, rewards, flags, infos with final_info,
+    # final_observation and the episode metrics) and every file the recorder writes (env_info and
+    # reset_kwargs included) are those of gym.make + ManiSkill's two wrappers, entry by entry.
+    from fastenv.integrations import maniskill as ms
+
+    Record, StockVector, TimeLimitWrapper = stock_record()
+    asked = dict(obs_mode="state", render_mode="rgb_array", sim_backend="physx_cuda")
+    fake = script_on_the_batched_path(monkeypatch, asked)
+    options = dict(trajectory_name="trajectory", max_steps_per_video=None if num_envs == 1 else 5, video_fps=30)
+    stock = StockVector(Record(TimeLimitWrapper(fake(num_envs, render_mode="rgb_array"), 6), str(tmp_path / "stock"), **options), num_envs,
+                        ignore_terminations=ignore_terminations, record_metrics=True)
+    envs = ms.make("Fake-v1", num_envs=num_envs, **asked)
     assert isinstance(envs, BatchedEnv)
-    ours = ms.ManiSkillVectorEnv(ms.RecordEpisode(envs, str(tmp_path / "ours"), **options), 4, ignore_terminations=False, record_metrics=True, device="cpu")
-    drive(stock, 20, 4, 3, 9)
-    drive(ours, 20, 4, 3, 9)
-    names = sorted(p.name for p in (tmp_path / "stock").iterdir())
-    assert names == sorted(p.name for p in (tmp_path / "ours").iterdir()) and "trajectory.json" in names
-    for name in names:
-        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "stock" / name).read_bytes(), name
+    ours = ms.ManiSkillVectorEnv(ms.RecordEpisode(envs, str(tmp_path / "ours"), **options), num_envs,
+                                 ignore_terminations=ignore_terminations, record_metrics=True, device="cpu")
+    rng = np.random.default_rng(4)
+    actions = torch.as_tensor(rng.uniform(-1, 1, (20, num_envs, 3)), dtype=torch.float32)
+    actions[..., 0] = torch.as_tensor(rng.uniform(0.2, 1.0, (20, num_envs)), dtype=torch.float32)  # some reach the goal
+    seen = {"stock": rollout(stock, 3, actions), "ours": rollout(ours, 3, actions)}
+    assert any("final_info" in info for *_, info in seen["stock"][1:])  # episodes ended
+    assert differences(seen["ours"], seen["stock"]) == []
+    assert_same_files(tmp_path / "ours", tmp_path / "stock")
     assert json.loads((tmp_path / "ours" / "trajectory.json").read_text())["env_info"]["env_id"] == "Fake-v1"
+
+
+# ppo.py's arguments for one CPU env (no sim_backend: ManiSkill picks its CPU simulation), a small
+# render camera for the videos
+CPU_SCRIPT = dict(reconfiguration_freq=None, obs_mode="state", render_mode="rgb_array", max_episode_steps=10,
+                  human_render_camera_configs=dict(width=64, height=64))
+
+
+def cpu_script(tmp_path: Path, *, enhanced_determinism: bool, record: bool, ignore_terminations: bool) -> dict:
+    """What ppo.py's script sees with ManiSkill's make, RecordEpisode and ManiSkillVectorEnv ("stock")
+    and with fastenv's ("ours"), one CPU env each, the same actions; success from each episode's 4th step."""
+    import gymnasium as gym
+
+    from fastenv.backends.maniskill import configure_vulkan
+
+    configure_vulkan()
+    Record, StockVector, _ = stock_record()
+    import mani_skill.envs  # noqa: F401
+
+    from fastenv.integrations import maniskill as ms
+
+    def succeed_from_4th_step(base):  # random actions seldom push the cube home (nested: sent to the worker by value)
+        evaluate = base.evaluate
+        base.evaluate = lambda: {**evaluate(), "success": base.elapsed_steps >= 4}
+
+    kwargs = dict(CPU_SCRIPT, enhanced_determinism=enhanced_determinism)
+    made = {"stock": gym.make("PushCube-v1", num_envs=1, **kwargs), "ours": ms.make("PushCube-v1", num_envs=1, **kwargs)}
+    succeed_from_4th_step(made["stock"].unwrapped)
+    made["ours"].unwrapped.apply(lambda env: succeed_from_4th_step(env.get_wrapper_attr("adapter").base))
+    actions = torch.as_tensor(np.random.default_rng(4).uniform(-1, 1, (25, 1, 8)), dtype=torch.float32)
+    wrappers = {"stock": (Record, StockVector), "ours": (ms.RecordEpisode, ms.ManiSkillVectorEnv)}
+    seen = {}
+    for who, env in made.items():
+        record_episode, vector_env = wrappers[who]
+        if record:
+            env = record_episode(env, str(tmp_path / who), trajectory_name="trajectory", max_steps_per_video=7)
+        envs = vector_env(env, 1, ignore_terminations=ignore_terminations, record_metrics=True)
+        if who == "stock":
+            torch.manual_seed(1)  # as ppo.py seeds torch: ManiSkill's unseeded draws come from the script's generator
+        seen[who] = rollout(envs, 3, actions)
+    return seen
+
+
+@pytest.mark.maniskill
+@pytest.mark.parametrize("ignore_terminations", [True, False])
+def test_the_script_on_the_cpu_sees_maniskills_infos_and_files(tmp_path, ignore_terminations):
+    # ppo.py with one CPU env on the real simulator (enhanced_determinism), recording: everything it
+    # sees after the reset and each step, and every file the recorder writes (env_info, reset_kwargs,
+    # .h5 datasets with their dtypes and attributes), entry by entry ManiSkill's. (Without the
+    # recorder: the next test's enhanced_determinism=True case.)
+    seen = cpu_script(tmp_path, enhanced_determinism=True, record=True, ignore_terminations=ignore_terminations)
+    ends = [info["final_info"]["episode"] for *_, info in seen["stock"][1:] if "final_info" in info]
+    assert len(ends) >= 2 and all(bool(end["success_once"]) for end in ends)
+    assert differences(seen["ours"], seen["stock"]) == []
+    assert_same_files(tmp_path / "ours", tmp_path / "stock")
+    assert "sim_backend" not in json.loads((tmp_path / "ours" / "trajectory.json").read_text())["env_info"]["env_kwargs"]
+
+
+@pytest.mark.maniskill
+@pytest.mark.parametrize("enhanced_determinism", [False, True])
+def test_cpu_autoreset_episodes_are_maniskills_with_enhanced_determinism(tmp_path, enhanced_determinism):
+    # What docs/backends/maniskill.md says: an unseeded reset (every autoreset) draws from torch's
+    # generator, ManiSkill's in the script's process and fastenv's in the worker. Without
+    # enhanced_determinism only the seeded first episode is ManiSkill's; with it every episode is.
+    seen = cpu_script(tmp_path, enhanced_determinism=enhanced_determinism, record=False, ignore_terminations=False)
+    resets = [t for t, (*_, info) in enumerate(seen["stock"]) if t and "final_info" in info]
+    assert len(resets) >= 2
+    first = resets[0]
+    assert differences(seen["ours"][:first], seen["stock"][:first]) == []  # the seeded first episode
+    later = differences(seen["ours"][first:], seen["stock"][first:])  # from the first autoreset on
+    assert (later == []) == enhanced_determinism, later[:3]

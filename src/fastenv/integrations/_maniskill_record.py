@@ -4,11 +4,12 @@ ManiSkill's wrapper sits on the batched ``BaseEnv`` and reads the env itself aft
 (``render()``, ``get_state_dict()``, ``_episode_seed``) before ``ManiSkillVectorEnv`` resets the
 ended envs. fastenv's envs live in worker processes (or are driven in place) and reset an ended
 env in the same step, so the workers put what the recorder reads into the step's info, taken
-before the reset (``configure(env, capture=...)``): the frame, the state and the episode seed. The
-recorder then writes what ManiSkill's would: ``{output_dir}/{n}.mp4`` (the envs' frames tiled,
-ManiSkill's ``images_to_video``), and ``{trajectory_name}.h5`` + ``.json`` in ManiSkill's trajectory
-format (``traj_{id}`` groups of ``obs``, ``actions``, ``terminated``, ``truncated``, ``success``,
-``fail``, ``env_states``, ``rewards``; the episodes' seeds, control mode and lengths).
+before the reset (``configure(env, capture=...)``): the frame, the state and the episode seed, which
+the recorder takes out of the infos it hands on (the script sees ManiSkill's). It then writes what
+ManiSkill's would: ``{output_dir}/{n}.mp4`` (the envs' frames tiled, ManiSkill's ``images_to_video``),
+and ``{trajectory_name}.h5`` + ``.json`` in ManiSkill's trajectory format (``traj_{id}`` groups of
+``obs``, ``actions``, ``terminated``, ``truncated``, ``success``, ``fail``, ``env_states``,
+``rewards``; the episodes' seeds, control mode and lengths).
 """
 
 from __future__ import annotations
@@ -22,9 +23,20 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import VectorEnv, VectorWrapper
 
+from fastenv.backends.maniskill.observations import maniskill_layout
 from fastenv.core.arrays import tree_map
+from fastenv.integrations._maniskill_flatten import flattened
 
 CAPTURED = ("render", "env_state", "episode_seed")  # info keys the workers add for the recorder
+
+
+def _consumed(infos: Mapping[str, Any]) -> dict[str, Any]:
+    """The infos without what the envs added for the recorder (nor their masks), in ``final_info`` too:
+    ManiSkill's recorder reads the env itself, so the script's infos never carry these."""
+    out = {key: value for key, value in infos.items() if key.removeprefix("_") not in CAPTURED}
+    if isinstance(out.get("final_info"), Mapping):
+        out["final_info"] = _consumed(out["final_info"])
+    return out
 
 
 def _numpy(value: Any) -> Any:
@@ -51,18 +63,14 @@ def _select(done: np.ndarray, final: Any, current: Any) -> Any:
     return tree_map(pick, final, current)
 
 
-def _layout(obs: Mapping[str, Any]) -> Any:
-    """An observation as the script sees it (``ManiSkillConventions``): flat state, or sensor_data by camera."""
+def _layout(obs: Mapping[str, Any], flattened: bool) -> Any:
+    """An observation as ManiSkill's recorder records it: a flattening wrapper's dict as it is (even
+    of "state" alone), else the flat state of a state obs mode, else ManiSkill's nested layout."""
+    if flattened:
+        return dict(obs)
     if list(obs) == ["state"]:
         return obs["state"]
-    out: dict[str, Any] = {}
-    for key, value in obs.items():
-        if key == "state":
-            out["state"] = value
-        else:
-            cam, texture = key.rsplit("_", 1)
-            out.setdefault("sensor_data", {}).setdefault(cam, {})[texture] = value
-    return out
+    return maniskill_layout(obs)
 
 
 class _Episode:
@@ -142,6 +150,7 @@ class RecordEpisode(VectorWrapper):
         if save_video and env.render_mode != "rgb_array":
             raise ValueError(f"recording videos needs the envs made with render_mode='rgb_array', got {env.render_mode!r}")
         super().__init__(env)
+        self._flattened = flattened(env)  # observations recorded as the flattening wrapper gives them
         self.output_dir = Path(output_dir)
         if save_trajectory or save_video:
             self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -280,7 +289,7 @@ class RecordEpisode(VectorWrapper):
     def _start(self, rows: list[int], obs: Any, infos: Mapping[str, Any], reset_kwargs: dict[str, Any]) -> None:
         if not self.save_trajectory:
             return
-        obs = _layout(_numpy(obs))
+        obs = _layout(_numpy(obs), self._flattened)
         states = _state(infos["env_state"])
         seeds = _numpy(infos["episode_seed"])
         for i in rows:
@@ -300,7 +309,7 @@ class RecordEpisode(VectorWrapper):
         if seed is not None:
             kwargs["seed"] = seed
         self._start(rows, obs, infos, kwargs)
-        return obs, infos
+        return obs, _consumed(infos)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         want_frames = self.save_video
@@ -337,15 +346,15 @@ class RecordEpisode(VectorWrapper):
                 if self.save_trajectory:
                     self.flush_trajectory(env_idxs_to_flush=rows)
             self._start(rows, obs, infos, {"options": {"env_idx": np.asarray(rows)}})
-        return obs, rewards, terminations, truncations, infos
+        return obs, rewards, terminations, truncations, _consumed(infos)
 
     def _append(self, actions: Any, obs: Any, rewards: Any, done: np.ndarray, own: dict[str, Any], infos: Mapping[str, Any]) -> None:
-        obs = _layout(_numpy(obs))
+        obs = _layout(_numpy(obs), self._flattened)
         if done.any():
             finals = infos["final_obs"]
             obs = tree_map(np.copy, obs)
             for i in np.flatnonzero(done).tolist():
-                final = _layout({k: _numpy(v)[None] for k, v in finals[i].items()})
+                final = _layout(tree_map(lambda v: _numpy(v)[None], dict(finals[i])), self._flattened)
                 tree_map(lambda x, f, i=i: x.__setitem__(i, f[0]), obs, final)
         actions, rewards = _numpy(actions), np.asarray(_numpy(rewards), dtype=np.float64).reshape(-1)
         success, fail = own.get("success"), own.get("fail")

@@ -28,7 +28,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._deps import require
 from fastenv.backends.maniskill import _VECTOR_OPTIONS
+from fastenv.backends.maniskill.observations import maniskill_layout
 from fastenv.core.arrays import put_rows, tree_map
+from fastenv.integrations._maniskill_flatten import FlattenActionSpaceWrapper, FlattenRGBDObservationWrapper, flattened
 
 torch = require("torch", "maniskill", "PyTorch")
 
@@ -43,6 +45,10 @@ def _numpy(value: Any) -> np.ndarray:
     return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
 
 
+def _as_dtype(value: Any, dtype: Any) -> Any:
+    return value if dtype is None or value.dtype == dtype else value.to(dtype)
+
+
 def _maniskill_seeds(seed: int, num_envs: int) -> list[int]:
     """The per-env seeds ManiSkill's ``BaseEnv.reset(seed=seed)`` derives for ``num_envs`` envs.
 
@@ -50,6 +56,23 @@ def _maniskill_seeds(seed: int, num_envs: int) -> list[int]:
     ``RandomState(seed)``; a reset with this list leaves every seed and generator as ``seed`` does.
     """
     return [seed, *np.random.RandomState(seed).randint(2**31, size=(num_envs - 1,)).tolist()]
+
+
+def _info_dtypes(env: gym.Env) -> dict[str, Any]:
+    """The torch dtype of each entry of a ManiSkill env's info (run in a worker: ``apply``)."""
+
+    def dtypes(info: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: dtypes(value) if isinstance(value, Mapping) else getattr(value, "dtype", None) for key, value in info.items()}
+
+    return dtypes(env.get_wrapper_attr("adapter").base.get_info())
+
+
+def _layout_space(space: gym.Space) -> gym.Space:
+    """A Dict space under fastenv's keys in ManiSkill's layout (as ``_obs`` lays out the values)."""
+    if not isinstance(space, gym.spaces.Dict):
+        return space
+    nest = lambda tree: gym.spaces.Dict([(k, nest(v)) for k, v in tree.items()]) if isinstance(tree, Mapping) else tree  # noqa: E731
+    return nest(maniskill_layout(space.spaces))
 
 
 class _Limit:
@@ -95,9 +118,14 @@ class ManiSkillConventions(VectorEnv):
         self.record_metrics, self.ignore_terminations = bool(record_metrics), bool(ignore_terminations)
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self._env = _Limit(max_episode_steps)
+        # ManiSkill's info dtypes (an int32 elapsed_steps, float32 evaluations): CPU workers hand a 0-d
+        # value on as a Python scalar, which batches to int64 or float64. The batched env keeps them.
+        raw = env.unwrapped
+        self._dtypes = {} if self._batched or not hasattr(raw, "apply") else raw.apply(_info_dtypes, env_ids=[0])[0]
         space = env.single_observation_space
-        self._flat = isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["state"]
-        self.single_observation_space = space["state"] if self._flat else space
+        # ManiSkill's state obs mode gives the flat array; its FlattenRGBDObservationWrapper a dict, even of "state" alone
+        self._flat = isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["state"] and not flattened(env)
+        self.single_observation_space = space["state"] if self._flat else _layout_space(space)
         self.single_action_space = env.single_action_space
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
@@ -111,20 +139,15 @@ class ManiSkillConventions(VectorEnv):
 
     # -- ManiSkill's layout ----------------------------------------------------------------------
     def _obs(self, obs: Mapping[str, Any]) -> Any:
-        """Flat state as ManiSkill's state mode gives it; else ManiSkill's nested sensor_data."""
+        """Flat state as ManiSkill's state mode gives it; else ManiSkill's nested layout (agent, extra,
+        sensor_param, sensor_data by camera, state)."""
         if self._flat:
             return _tensor(obs["state"], self.device)
-        out: dict[str, Any] = {}
-        for key, value in obs.items():
-            if key == "state":
-                out["state"] = _tensor(value, self.device)
-            else:
-                cam, texture = key.rsplit("_", 1)
-                out.setdefault("sensor_data", {}).setdefault(cam, {})[texture] = _tensor(value, self.device)
-        return out
+        return _tensor(maniskill_layout(obs), self.device)
 
-    def _info(self, infos: Mapping[str, Any], done: np.ndarray | None = None) -> dict[str, Any]:
-        """Every env's info as batched tensors: the step's own where an episode ended (from final_info)."""
+    def _info(self, infos: Mapping[str, Any], done: np.ndarray | None = None, *, dtypes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every env's info as batched tensors in ManiSkill's dtypes: the step's own where an episode ended (from final_info)."""
+        dtypes = self._dtypes if dtypes is None else dtypes
         out: dict[str, Any] = {}
         for key, value in infos.items():
             if key.startswith("_") or key in ("final_obs", "final_observation", "final_info", "env_ids"):
@@ -133,14 +156,17 @@ class ManiSkillConventions(VectorEnv):
                 if done is None:
                     out[key] = bool(_numpy(value).any())
                 continue
-            out[key] = _tensor(value, self.device) if not isinstance(value, Mapping) else self._info(value)
+            if isinstance(value, Mapping):
+                out[key] = self._info(value, dtypes=dtypes.get(key) or {})
+            else:
+                out[key] = _as_dtype(_tensor(value, self.device), dtypes.get(key))
         if done is not None and "final_info" in infos:
             final = infos["final_info"]
             rows = torch.as_tensor(done, device=self.device)
             for key, value in final.items():
                 if key.startswith("_") or isinstance(value, Mapping):
                     continue
-                value = _tensor(value, self.device)
+                value = _as_dtype(_tensor(value, self.device), dtypes.get(key))
                 if key in out and out[key].shape == value.shape:
                     out[key] = torch.where(rows.reshape(-1, *[1] * (value.ndim - 1)), value, out[key])
                 else:
@@ -161,7 +187,9 @@ class ManiSkillConventions(VectorEnv):
         seed + i. In a partial reset each env's episode follows from its own seed.
         """
         options = dict(options or {})
-        if self._batched and isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        # One env's seed is the int itself either way; kept an int, a RecordEpisode below records
+        # reset_kwargs as ManiSkill's does ({"seed": 3}, not [3]).
+        if self._batched and self.num_envs > 1 and isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             seed = _maniskill_seeds(int(seed), self.num_envs)
         rows: Any = slice(None)
         if "env_idx" in options:  # ManiSkill's partial reset option
@@ -212,7 +240,7 @@ class ManiSkillConventions(VectorEnv):
         final_obs = tree_map(lambda x: x.clone(), self._obs(obs))  # a copy: the ended rows are overwritten below
         finals = infos["final_obs"]
         for i in np.flatnonzero(done_np).tolist():
-            put_rows(final_obs, slice(i, i + 1), self._obs({key: _numpy(value)[None] for key, value in finals[i].items()}))
+            put_rows(final_obs, slice(i, i + 1), self._obs(tree_map(lambda value: _numpy(value)[None], dict(finals[i]))))
         final_info = dict(step_info)
         if episode is not None:
             final_info["episode"] = episode
@@ -286,14 +314,17 @@ def make(env_id: str, num_envs: int = 1, **options: Any) -> VectorEnv:
         del options["sim_backend"]
     options.setdefault("obs_mode", "state")
     envs = gym.make_vec("fastenv/ManiSkill-v0", num_envs=num_envs, env_id=env_id, chunk=None, modalities=None, **options)
-    # what ManiSkill's gym.make would have been given (RecordEpisode's env_info): its env arguments
+    # what ManiSkill's gym.make records (RecordEpisode's env_info): the task's registered arguments, then
+    # the script's in its order; a CUDA sim_backend replaced above as the CPU one that ran, so that the
+    # file rebuilds these envs on this machine
+    spec = _maniskill()[env_id]
     env_kwargs = {k: v for k, v in asked.items() if k not in _VECTOR_OPTIONS and k != "max_episode_steps"}
-    if not hasattr(envs.unwrapped, "sim"):
+    if "sim_backend" in env_kwargs and "sim_backend" not in options:
         env_kwargs["sim_backend"] = "physx_cpu"
     envs.maniskill_spec = {
         "env_id": env_id,
-        "env_kwargs": {"num_envs": num_envs, **env_kwargs},
-        "max_episode_steps": options.get("max_episode_steps") or _maniskill()[env_id].max_episode_steps,
+        "env_kwargs": {**spec.default_kwargs, "num_envs": num_envs, **env_kwargs},
+        "max_episode_steps": options.get("max_episode_steps") or spec.max_episode_steps,
     }
     return envs
 
@@ -359,4 +390,7 @@ def make_vec(
 
 from fastenv.integrations._maniskill_record import RecordEpisode  # noqa: E402  (it builds on the above)
 
-__all__ = ["ManiSkillConventions", "ManiSkillVectorEnv", "RecordEpisode", "configure", "make", "make_vec"]
+__all__ = [
+    "FlattenActionSpaceWrapper", "FlattenRGBDObservationWrapper", "ManiSkillConventions", "ManiSkillVectorEnv", "RecordEpisode",
+    "configure", "make", "make_vec",
+]

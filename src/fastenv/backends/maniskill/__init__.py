@@ -9,7 +9,8 @@ ManiSkill runs its envs two ways, and fastenv follows:
   simulator adapter (numpy in, numpy out), and N of them run in fastenv's process (or Ray) workers
   with pipeline stages, dynamic batching and same-step autoreset, as LIBERO envs do.
 
-Either way: headless (no viewer, no human-render camera unless ``render_mode="rgb_array"``);
+Either way: headless (no viewer, no human-render camera unless ``render_mode="rgb_array"`` or
+``"all"``; ManiSkill's frame-giving modes, "sensors" and "all" too, are "rgb_array" to fastenv);
 pruning at the source (the obs mode asks only for the kept textures, sensors no kept key reads
 are not built or not captured, images sized by ``camera_size``); sub-steps run the controller,
 physics, evaluation (``get_info``) and reward without ``get_obs``, which is where ManiSkill
@@ -50,6 +51,7 @@ from fastenv.backends.maniskill.task import (
     build,
     check_assets,
     cuda_available,
+    fastenv_render_mode,
     uses_gpu,
     vulkan_unavailable_reason,
 )
@@ -100,7 +102,7 @@ def make_cpu_env(
         max_episode_steps = _maniskill()[env_id].max_episode_steps
     adapter = ManiSkillAdapter(env, keys=modalities, owned=True, ignore_terminations=ignore_terminations)
     sim = SimEnv(adapter, max_episode_steps=max_episode_steps)
-    return wrap(sim, chunk=chunk, gamma=gamma, render_mode=render_mode, episode_statistics=episode_statistics)
+    return wrap(sim, chunk=chunk, gamma=gamma, render_mode=fastenv_render_mode(render_mode), episode_statistics=episode_statistics)
 
 
 _VECTOR_OPTIONS = ("num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "backend", "ray_options", "layout", "tune_options", "render_devices")
@@ -143,7 +145,7 @@ def make_vec(
             max_episode_steps = _maniskill()[env_id].max_episode_steps
         return ManiSkillVectorEnv(
             env, modalities=modalities, chunk=chunk, gamma=gamma, max_episode_steps=max_episode_steps,
-            pipeline_stages=pipeline_stages or 1, render_mode=render_mode, ignore_terminations=ignore_terminations,
+            pipeline_stages=pipeline_stages or 1, render_mode=fastenv_render_mode(render_mode), ignore_terminations=ignore_terminations,
         )
     from fastenv.vector import make_pipeline
 

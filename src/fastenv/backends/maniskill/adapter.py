@@ -11,12 +11,13 @@ from gymnasium import spaces
 
 from fastenv.backends.base import Info, ObsType
 from fastenv.backends.maniskill.observations import (
-    _box_for,
+    GROUPS,
     _Selection,
+    _space_for,
     _terminated,
     extract,
 )
-from fastenv.backends.maniskill.task import _close_viewer
+from fastenv.backends.maniskill.task import FRAME_RENDER_MODES, _close_viewer
 
 
 CAPTURES = frozenset({"render", "state"})
@@ -27,8 +28,8 @@ def check_capture(capture: Sequence[str], base: Any) -> frozenset[str]:
     unknown = set(capture) - CAPTURES
     if unknown:
         raise ValueError(f"capture takes {sorted(CAPTURES)}, got {sorted(unknown)}")
-    if "render" in capture and base.render_mode != "rgb_array":
-        raise ValueError("recording frames needs the env built with render_mode='rgb_array'")
+    if "render" in capture and base.render_mode not in FRAME_RENDER_MODES:
+        raise ValueError(f"recording frames needs the env built with a render_mode of {FRAME_RENDER_MODES}, got {base.render_mode!r}")
     return frozenset(capture)
 
 
@@ -43,6 +44,13 @@ def _row(value: Any) -> Any:
         value = value[0]
         return value.item() if value.ndim == 0 else value.numpy()
     return value
+
+
+def _obs_row(value: Any) -> Any:
+    """Row 0 of a batched observation as numpy, 0-d values as 0-d arrays (their dtype kept)."""
+    if isinstance(value, Mapping):
+        return {key: _obs_row(item) for key, item in value.items()}
+    return value[0].detach().cpu().numpy()
 
 
 def _action(action: Any) -> Any:
@@ -88,7 +96,7 @@ class ManiSkillAdapter:
         self.env, self.base, self.owned = env, base, owned
         self.ignore_terminations = bool(ignore_terminations)
         self.render_fps = int(getattr(base, "control_freq", 20) or 20)
-        self.render_mode = base.render_mode if base.render_mode == "rgb_array" else None
+        self.render_mode = "rgb_array" if base.render_mode in FRAME_RENDER_MODES else None
         self._selection = _Selection(base)
         self._info: Mapping[str, Any] = base.get_info()
         self.action_space = base.single_action_space
@@ -120,21 +128,22 @@ class ManiSkillAdapter:
 
     def select_keys(self, keys: Sequence[str] | None) -> None:
         self.keys = self._selection.select(keys)
-        missing = [k for k in self.keys if k not in self._spaces]
+        # a group's space follows the selection (sensor_param holds the captured cameras')
+        missing = [k for k in self.keys if k not in self._spaces or k in GROUPS]
         if missing:
             sample = extract(self.base.get_obs(self._info), missing, self._selection.cameras)
-            self._spaces.update({k: _box_for(v) for k, v in sample.items()})
+            self._spaces.update({k: _space_for(v) for k, v in sample.items()})
         self.observation_space = spaces.Dict({k: self._spaces[k] for k in self.keys})
 
     def make_headless(self, render_mode: str | None) -> None:
         _close_viewer(self.base)
-        if render_mode == "rgb_array" and self.base.render_mode != "rgb_array":
-            raise ValueError("this ManiSkill env was built without render_mode='rgb_array'; it cannot render frames")
+        if render_mode == "rgb_array" and self.base.render_mode not in FRAME_RENDER_MODES:
+            raise ValueError(f"this ManiSkill env was built with render_mode={self.base.render_mode!r}; it cannot render frames (build it with 'rgb_array')")
         self.render_mode = render_mode
 
     # -- episode ---------------------------------------------------------------------------------
     def _observation(self, raw: Any) -> dict[str, np.ndarray]:
-        return {key: _row(value) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
+        return {key: _obs_row(value) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
 
     def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
         raw, info = self.base.reset(seed=seed, options=None if options is None else dict(options))

@@ -13,7 +13,8 @@ import numpy as np
 from gymnasium import spaces
 
 from fastenv.backends.maniskill.adapter import check_capture
-from fastenv.backends.maniskill.observations import _box_for, _terminated, extract
+from fastenv.backends.maniskill.observations import _space_for, _terminated, extract
+from fastenv.core.arrays import take_rows
 
 
 class _HeldTargets:
@@ -155,7 +156,7 @@ class ManiSkillBatch:
         self._info: Mapping[str, Any] = base.get_info()
         self._held = _HeldTargets(base)
         self.full_obs = extract(base.get_obs(self._info), self.keys, self.cameras)
-        self.single_observation_space = spaces.Dict({k: _box_for(v) for k, v in self.full_obs.items()})
+        self.single_observation_space = spaces.Dict({k: _space_for(v) for k, v in self.full_obs.items()})
         self.capture: frozenset[str] = frozenset()  # what infos also carry for a recorder (set_capture)
 
     def set_capture(self, capture: Sequence[str]) -> None:
@@ -219,7 +220,7 @@ class ManiSkillBatch:
         self._info = self.base.get_info()
         self.full_obs = extract(raw, self.keys, self.cameras)
         info = self._rows_of(info, rows)
-        return {k: v[rows] for k, v in self.full_obs.items()}, self._captured(info, rows, reset=True) if self.capture else info
+        return take_rows(self.full_obs, rows), self._captured(info, rows, reset=True) if self.capture else info
 
     def _reset_each(self, calls: list[tuple[list[int], int | None]], options: dict[str, Any]) -> tuple[Any, Any]:
         base, torch = self.base, self.torch
@@ -285,5 +286,4 @@ class ManiSkillBatch:
         return self.observe(rows), reward, terminated, truncated, info
 
     def observe(self, rows: Any) -> Any:
-        obs = extract(self.base.get_obs(self._info), self.keys, self.cameras)
-        return {k: v[rows] for k, v in obs.items()}
+        return take_rows(extract(self.base.get_obs(self._info), self.keys, self.cameras), rows)

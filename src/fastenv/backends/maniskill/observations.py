@@ -1,6 +1,8 @@
 """What a ManiSkill env reports, under fastenv's names: observation keys ("state",
-"<camera>_<texture>") and the obs mode that makes them, the kept keys cut from a raw observation,
-the captures narrowed to them, their spaces, and the terminations an info says.
+"<camera>_<texture>", and the raw observation's groups "agent", "extra", "sensor_param") and the
+obs mode that makes them, the kept keys cut from a raw observation, the captures narrowed to them,
+their spaces, the terminations an info says, and the way back to ManiSkill's own layout
+(``maniskill_layout``) and to its ``FlattenRGBDObservationWrapper``'s (``flatten_rgbd``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from gymnasium import spaces
 from fastenv.backends.base import check_known_keys
 
 TEXTURES = ("rgb", "depth", "segmentation", "position", "normal", "albedo")
+# The groups of a visual obs mode's raw observation (ManiSkill's ``_get_obs_with_sensor_data``),
+# each one fastenv key holding a dict in ManiSkill's order; "+state" modes flatten agent and extra
+# into "state" instead.
+GROUPS = ("agent", "extra", "sensor_param")
 
 
 def split_key(key: str, cameras: Sequence[str]) -> tuple[str, str] | None:
@@ -43,9 +49,16 @@ def produced_keys(raw: Any) -> list[str]:
     if not isinstance(raw, Mapping):
         return ["state"]
     keys = ["state"] if "state" in raw else []
+    keys += [group for group in GROUPS if group in raw]
     for cam, textures in raw.get("sensor_data", {}).items():
-        keys += [f"{cam}_{t}" for t in textures]
+        keys += [f"{cam}_{t}" for t in TEXTURES if t in textures]
     return keys
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _clone(item) for key, item in value.items()}
+    return value.clone()
 
 
 def extract(raw: Any, keys: Sequence[str], cameras: Sequence[str]) -> dict[str, Any]:
@@ -58,8 +71,81 @@ def extract(raw: Any, keys: Sequence[str], cameras: Sequence[str]) -> dict[str, 
     out = {}
     for key in keys:
         split = split_key(key, cameras)
-        value = raw["state"] if split is None else raw["sensor_data"][split[0]][split[1]]
-        out[key] = value.clone()
+        value = raw[key] if split is None else raw["sensor_data"][split[0]][split[1]]
+        out[key] = _clone(value)
+    return out
+
+
+def maniskill_layout(obs: Mapping[str, Any], cameras: Sequence[str] | None = None) -> dict[str, Any]:
+    """An observation under fastenv's keys in ManiSkill's own layout (values, or spaces, as they are).
+
+    Groups first ("agent", "extra", "sensor_param"), then "sensor_data" by camera and texture,
+    then every other key ("state", or a flattening wrapper's "rgb", "depth"): the order
+    ManiSkill's ``get_obs`` gives. Cameras in ``cameras``' order, else in sensor_param's (the
+    env's sensor order), else as the keys come.
+
+    Example:
+        >>> maniskill_layout({"base_camera_rgb": 1, "state": 2})
+        {'sensor_data': {'base_camera': {'rgb': 1}}, 'state': 2}
+    """
+    params = obs.get("sensor_param")
+    order = list(cameras or (params.keys() if isinstance(params, Mapping) else ()))
+    sensor_data: dict[str, dict[str, Any]] = {cam: {} for cam in order}
+    rest: dict[str, Any] = {}
+    for key, value in obs.items():
+        split = _camera_key(key, order)
+        if split is not None:
+            sensor_data.setdefault(split[0], {})[split[1]] = value
+        elif key not in GROUPS:
+            rest[key] = value
+    out = {group: obs[group] for group in GROUPS if group in obs}
+    for cam in list(sensor_data):
+        textures = sensor_data[cam]
+        sensor_data[cam] = {t: textures[t] for t in TEXTURES if t in textures}
+    if any(sensor_data.values()):
+        out["sensor_data"] = {cam: textures for cam, textures in sensor_data.items() if textures}
+    out.update(rest)
+    return out
+
+
+def _camera_key(key: str, cameras: Sequence[str]) -> tuple[str, str] | None:
+    """("camera", "texture") of a camera key; cameras not listed are read from the key's suffix."""
+    split = split_key(key, cameras)
+    if split is None and "_" in key:
+        cam, texture = key.rsplit("_", 1)
+        if texture in TEXTURES:
+            return cam, texture
+    return split
+
+
+def flatten_rgbd(obs: Mapping[str, Any], *, rgb: bool, depth: bool, state: bool, sep_depth: bool, device: Any = None) -> dict[str, Any]:
+    """ManiSkill's ``FlattenRGBDObservationWrapper.observation`` on a batch in ManiSkill's layout (torch).
+
+    ``rgb``/``depth``: whether to keep them (False where the cameras do not capture them, as
+    ManiSkill's wrapper decides at construction). The cameras' images are concatenated on the
+    channel axis; everything but the sensor data and parameters is flattened into "state" by
+    ManiSkill's own ``flatten_state_dict``.
+    """
+    import torch
+    from mani_skill.utils import common
+
+    obs = dict(obs)
+    sensor_data = obs.pop("sensor_data", {})
+    obs.pop("sensor_param", None)
+    rgb_images = torch.concat([cam["rgb"] for cam in sensor_data.values()], dim=-1) if rgb and sensor_data else None
+    depth_images = torch.concat([cam["depth"] for cam in sensor_data.values()], dim=-1) if depth and sensor_data else None
+    out: dict[str, Any] = {}
+    if state:
+        out["state"] = common.flatten_state_dict(obs, use_torch=True, device=device)
+    if rgb and not depth:
+        out["rgb"] = rgb_images
+    elif rgb and depth:
+        if sep_depth:
+            out["rgb"], out["depth"] = rgb_images, depth_images
+        else:
+            out["rgbd"] = torch.concat([rgb_images, depth_images], dim=-1)
+    elif depth:
+        out["depth"] = depth_images
     return out
 
 
@@ -76,7 +162,7 @@ class _Selection:
         self.built = produced_keys(base.get_obs(base.get_info()))
 
     def available(self) -> tuple[str, ...]:
-        return ("state", *(f"{c}_{t}" for c in self.cameras for t in TEXTURES))
+        return ("state", *GROUPS, *(f"{c}_{t}" for c in self.cameras for t in TEXTURES))
 
     def select(self, modalities: Sequence[str] | None) -> tuple[str, ...]:
         """Capture only what ``modalities`` read (None: all the env was built with)."""
@@ -123,6 +209,14 @@ class _Selection:
             setattr(visual, texture, on)
         if self.state is not None:
             self.base.obs_mode_struct.state = self.state
+
+
+def _space_for(batch: Any) -> spaces.Space:
+    """The single-env space of a batched value: a Box, or a Dict in the value's own order."""
+    if isinstance(batch, Mapping):
+        # ManiSkill flattens a group in its dict order: a sorted Dict would reorder the state
+        return spaces.Dict([(key, _space_for(value)) for key, value in batch.items()])
+    return _box_for(batch)
 
 
 def _box_for(batch: Any) -> spaces.Box:

@@ -12,6 +12,15 @@ from fastenv._deps import require
 from fastenv.backends._vulkan import configure_vulkan
 from fastenv.backends.maniskill.observations import obs_mode_for
 
+# ManiSkill's render modes that give frames as arrays ("sensors": the cameras' images tiled; "all":
+# those and the human-render cameras'). fastenv's wrappers call all of them "rgb_array".
+FRAME_RENDER_MODES = ("rgb_array", "sensors", "all")
+
+
+def fastenv_render_mode(render_mode: str | None) -> str | None:
+    """The render mode fastenv's wrappers see for a ManiSkill one: "rgb_array" for any that gives frames."""
+    return "rgb_array" if render_mode in FRAME_RENDER_MODES else render_mode
+
 
 # -- the machine -----------------------------------------------------------------------------------
 def vulkan_unavailable_reason() -> str | None:
@@ -97,7 +106,7 @@ def build(
     if camera_size is not None:
         h, w = (camera_size, camera_size) if isinstance(camera_size, int) else camera_size
         env_kwargs.setdefault("sensor_configs", dict(width=w, height=h))
-    cls = type(spec.cls.__name__, (_Pruned, spec.cls), {"_fastenv_cameras": cameras, "_fastenv_render": render_mode == "rgb_array"})
+    cls = type(spec.cls.__name__, (_Pruned, spec.cls), {"_fastenv_cameras": cameras, "_fastenv_render": render_mode in ("rgb_array", "all")})
     return cls(num_envs=num_envs, render_mode=render_mode, **{**spec.default_kwargs, **env_kwargs})
 
 

@@ -16,7 +16,8 @@ from fastenv._validation import check_positive_int
 from fastenv.backends.base import KEEP
 from fastenv.backends.maniskill.batch import ManiSkillBatch
 from fastenv.backends.maniskill.observations import _Selection
-from fastenv.backends.maniskill.task import _close_viewer, _registered_max_steps
+from fastenv.backends.maniskill.task import FRAME_RENDER_MODES, _close_viewer, _registered_max_steps
+from fastenv.core.arrays import view_row
 from fastenv.core.executor import Executor
 from fastenv.wrappers.action import chunk_space
 
@@ -63,6 +64,12 @@ class ManiSkillVectorEnv(VectorEnv):
         self.torch = torch
         self._env = env
         self.base = base = env.unwrapped
+        if isinstance(base.single_action_space, gym.spaces.Dict):
+            # one batch of actions per sub-step, written into the world's targets as one tensor
+            raise ValueError(
+                "the batched ManiSkill env takes Box actions; a task with several agents (a Dict action space) "
+                "runs on ManiSkill's CPU simulation in fastenv's workers (sim_backend='physx_cpu')"
+            )
         self.num_envs = int(base.num_envs)
         self.device = base.device
         self.pipeline_stages = check_positive_int("pipeline_stages", pipeline_stages)
@@ -72,7 +79,7 @@ class ManiSkillVectorEnv(VectorEnv):
             )
         if render_mode not in (None, "rgb_array", KEEP):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self.render_mode = (base.render_mode if base.render_mode == "rgb_array" else None) if render_mode == KEEP else render_mode
+        self.render_mode = ("rgb_array" if base.render_mode in FRAME_RENDER_MODES else None) if render_mode == KEEP else render_mode
         if max_episode_steps is None:
             max_episode_steps = _registered_max_steps(env)
         max_episode_steps = None if max_episode_steps is None else check_positive_int("max_episode_steps", max_episode_steps)
@@ -117,7 +124,7 @@ class ManiSkillVectorEnv(VectorEnv):
             ended = out.ended
             finals = np.full(len(rows), None, dtype=object)
             for i in self.sim.ops.nonzero(ended).tolist():
-                finals[i] = {key: value[i] for key, value in out.final_obs.items()}
+                finals[i] = view_row(out.final_obs, i)
             infos["final_obs"] = infos["final_observation"] = finals
             infos["_final_obs"] = infos["_final_observation"] = ended
             infos["final_info"], infos["_final_info"] = out.final_infos, ended
