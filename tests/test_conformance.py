@@ -60,7 +60,7 @@ def test_cases_pass_fail_or_skip_and_the_table_counts_them(tmp_path):
 
 
 def test_an_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match=r"unknown conformance backend 'mujoco'; available: \['libero', 'maniskill'\]"):
+    with pytest.raises(ValueError, match=r"unknown conformance backend 'mujoco'; available: \['libero', 'libero_rates', 'maniskill'\]"):
         conformance.select("mujoco")
 
 
