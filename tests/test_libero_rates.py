@@ -62,7 +62,6 @@ def _play(task, stock, user, chunk, steps, seed=0):
     [
         (30, None, 8, 200),  # 16 physics steps an env step, observables every 25: some steps sample nothing
         (20, 10, 3, 81),  # every observable at half the control rate, chunks of 3 against its period of 2
-        (40, None, 4, 120),
     ],
 )
 def test_a_chunks_observation_is_the_stock_one_at_any_control_and_observation_rate(control_freq, obs_rate, chunk, steps):
@@ -170,7 +169,7 @@ def test_a_sample_of_the_rate_sweep_equals_the_stock_env():
     seed = conformance.sample_seed()
     module, tasks = conformance.select("libero_rates", sample_tasks=1, seed=seed)
     all_cases = module.cases(tasks)
-    chosen = conformance.sample(all_cases, 2, f"{seed}:rates")
+    chosen = conformance.sample(all_cases, 1, f"{seed}:rates")  # one case a commit: each is a 268-step pair of runs
     try:
         outcomes = conformance.run_cases(chosen, module.check, progress=False)
     finally:
