@@ -579,18 +579,15 @@ def test_the_readme_patch_changes_only_the_imports_and_gym_make():
         patched_ppo(source + hunks[1][0])
 
 
-@pytest.mark.skipif(MANISKILL_PPO is None, reason="set MANISKILL_PPO_SCRIPT to ManiSkill's examples/baselines/ppo/ppo.py (not redistributed)")
-def test_maniskills_ppo_script_runs_with_its_default_flags(tmp_path):
-    # The README's patch and nothing else: evaluation videos, checkpoints and metrics as the script's
-    # defaults have them (capture_video, save_model), then --evaluate from the saved checkpoint,
-    # which records ManiSkill's trajectory files.
-    source = patched_ppo(Path(MANISKILL_PPO).read_text())
+def run_ppo_script_and_evaluate(source, name, tmp_path, timeout):
+    """A patched ManiSkill PPO script with tiny budgets and its default flags (evaluation videos,
+    checkpoints, tensorboard), then --evaluate from its final checkpoint: (run folder, recorded folder)."""
     skip_unless_script_imports(source, "maniskill")  # tyro, tensorboard, ...: what the script imports
-    script = tmp_path / "ppo.py"
+    script = tmp_path / name
     script.write_text(source)
     args = ["--env-id", "PushCube-v1", "--num-envs", "4", "--num-eval-envs", "2", "--num-steps", "8", "--total-timesteps", "64",
             "--num-minibatches", "2", "--update-epochs", "1", "--eval-freq", "2", "--num-eval-steps", "50"]
-    out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("SPS:") == 2  # two PPO iterations of 4 envs x 8 steps
     assert "resulting in 2 episodes" in out.stdout  # the 50-step eval episodes ended, with their metrics
@@ -602,11 +599,20 @@ def test_maniskills_ppo_script_runs_with_its_default_flags(tmp_path):
     assert [p.name for p in (run / "videos").iterdir()] == ["0.mp4"]  # 2 envs x 50 steps, tiled, one video
     assert next(run.glob("events.out.tfevents.*")).stat().st_size > 0
     out = subprocess.run([sys.executable, str(script), "--env-id", "PushCube-v1", "--num-eval-envs", "2", "--num-eval-steps", "50",
-                          "--evaluate", "--checkpoint", str(run / "final_ckpt.pt")], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+                          "--evaluate", "--checkpoint", str(run / "final_ckpt.pt")], cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "eval_success_once_mean=" in out.stdout
     recorded = run / "test_videos"
     assert sorted(p.name for p in recorded.iterdir()) == ["0.mp4", "trajectory.h5", "trajectory.json"]
+    return run, recorded
+
+
+@pytest.mark.skipif(MANISKILL_PPO is None, reason="set MANISKILL_PPO_SCRIPT to ManiSkill's examples/baselines/ppo/ppo.py (not redistributed)")
+def test_maniskills_ppo_script_runs_with_its_default_flags(tmp_path):
+    # The README's patch and nothing else: evaluation videos, checkpoints and metrics as the script's
+    # defaults have them (capture_video, save_model), then --evaluate from the saved checkpoint,
+    # which records ManiSkill's trajectory files.
+    _, recorded = run_ppo_script_and_evaluate(patched_ppo(Path(MANISKILL_PPO).read_text()), "ppo.py", tmp_path, 900)
     import json
 
     import h5py
@@ -637,28 +643,7 @@ def test_maniskills_ppo_rgb_script_runs_with_its_default_flags(tmp_path):
     # videos, checkpoints, tensorboard; then --evaluate from the saved checkpoint, which records
     # ManiSkill's trajectory files of the flattened observations.
     source = patched_ppo(Path(MANISKILL_PPO_RGB).read_text(), DOCS, "ppo_rgb.py")
-    skip_unless_script_imports(source, "maniskill")
-    script = tmp_path / "ppo_rgb.py"
-    script.write_text(source)
-    args = ["--env-id", "PushCube-v1", "--num-envs", "4", "--num-eval-envs", "2", "--num-steps", "8", "--total-timesteps", "64",
-            "--num-minibatches", "2", "--update-epochs", "1", "--eval-freq", "2", "--num-eval-steps", "50"]
-    out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.count("SPS:") == 2  # two PPO iterations of 4 envs x 8 steps
-    assert "resulting in 2 episodes" in out.stdout
-    assert "eval_success_once_mean=" in out.stdout and "eval_return_mean=" in out.stdout
-    if not torch.cuda.is_available():
-        assert out.stderr.count("asks for CUDA") == 1
-    (run,) = (tmp_path / "runs").iterdir()
-    assert sorted(p.name for p in run.glob("*.pt")) == ["ckpt_1.pt", "final_ckpt.pt"]
-    assert [p.name for p in (run / "videos").iterdir()] == ["0.mp4"]
-    assert next(run.glob("events.out.tfevents.*")).stat().st_size > 0
-    out = subprocess.run([sys.executable, str(script), "--env-id", "PushCube-v1", "--num-eval-envs", "2", "--num-eval-steps", "50",
-                          "--evaluate", "--checkpoint", str(run / "final_ckpt.pt")], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "eval_success_once_mean=" in out.stdout
-    recorded = run / "test_videos"
-    assert sorted(p.name for p in recorded.iterdir()) == ["0.mp4", "trajectory.h5", "trajectory.json"]
+    _, recorded = run_ppo_script_and_evaluate(source, "ppo_rgb.py", tmp_path, 1200)
     import h5py
 
     with h5py.File(recorded / "trajectory.h5") as f:

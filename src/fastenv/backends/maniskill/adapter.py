@@ -33,24 +33,18 @@ def check_capture(capture: Sequence[str], base: Any) -> frozenset[str]:
     return frozenset(capture)
 
 
-def _row(value: Any) -> Any:
-    """Row 0 of a batched ManiSkill value, as numpy (0-d values as Python scalars)."""
+def _row(value: Any, scalars: bool = True) -> Any:
+    """Row 0 of a batched ManiSkill value, as numpy; 0-d values as Python scalars (infos), or with
+    ``scalars=False`` as 0-d arrays of their own dtype (observations, whose space says the dtype)."""
     if isinstance(value, Mapping):
-        return {key: _row(item) for key, item in value.items()}
+        return {key: _row(item, scalars) for key, item in value.items()}
     if hasattr(value, "detach"):
         value = value.detach().cpu()
         if value.ndim == 0:
-            return value.item()
+            return value.item() if scalars else value.numpy()
         value = value[0]
-        return value.item() if value.ndim == 0 else value.numpy()
+        return value.item() if scalars and value.ndim == 0 else value.numpy()
     return value
-
-
-def _obs_row(value: Any) -> Any:
-    """Row 0 of a batched observation as numpy, 0-d values as 0-d arrays (their dtype kept)."""
-    if isinstance(value, Mapping):
-        return {key: _obs_row(item) for key, item in value.items()}
-    return value[0].detach().cpu().numpy()
 
 
 def _action(action: Any) -> Any:
@@ -143,7 +137,7 @@ class ManiSkillAdapter:
 
     # -- episode ---------------------------------------------------------------------------------
     def _observation(self, raw: Any) -> dict[str, np.ndarray]:
-        return {key: _obs_row(value) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
+        return {key: _row(value, scalars=False) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
 
     def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
         raw, info = self.base.reset(seed=seed, options=None if options is None else dict(options))
