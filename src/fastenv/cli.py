@@ -119,13 +119,20 @@ def _run_conform(parser: argparse.ArgumentParser, args: argparse.Namespace, argv
         done = tasks.index(task) + 1
         failed = sum(1 for o in outcomes if not o.passed)
         print(f"[{done}/{len(tasks)}] {task}: {len(outcomes)} cases so far, {failed} differ", file=sys.stderr, flush=True)
-        extra = {"seed": seed, "tasks": tasks, "complete": done == len(tasks)}
+        extra = {"seed": seed, "tasks": tasks, "complete": done == len(tasks), **_stack(module)}
         conformance.write_table(out, outcomes, command=command, seconds=time.perf_counter() - start, extra=extra)
 
     outcomes = conformance.sweep(module, tasks, cases_per_task=args.cases_per_task, seed=seed, progress=not args.quiet, after_task=save)
     seconds = time.perf_counter() - start
-    payload = conformance.write_table(out, outcomes, command=command, seconds=seconds, extra={"seed": seed, "tasks": tasks, "complete": True})
+    payload = conformance.write_table(out, outcomes, command=command, seconds=seconds,
+                                      extra={"seed": seed, "tasks": tasks, "complete": True, **_stack(module)})
     return _conform_report(args.backend, payload, seconds, out)
+
+
+def _stack(module: object) -> dict[str, object]:
+    """What the backend says of the stack it ran on (``{"stack": ...}``), or nothing."""
+    stack = getattr(module, "stack", None)
+    return {"stack": stack()} if stack is not None else {}
 
 
 def _conform_jobs(args: argparse.Namespace, seed: str, out: str, command: str, start: float) -> int:

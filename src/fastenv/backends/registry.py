@@ -34,7 +34,8 @@ class Backend:
 
 
 _BACKENDS: list[Backend] = [
-    Backend("libero", ("libero.libero.envs.env_wrapper.ControlEnv",), "fastenv.backends.libero:adopt"),
+    Backend("libero", ("libero.libero.envs.env_wrapper.ControlEnv", "liberopro.liberopro.envs.env_wrapper.ControlEnv",
+                       "liberoplus.liberoplus.envs.env_wrapper.ControlEnv"), "fastenv.backends.libero:adopt"),
     Backend("maniskill", ("mani_skill.envs.sapien_env.BaseEnv",), "fastenv.backends.maniskill:adopt"),
 ]
 

@@ -109,6 +109,17 @@ def _runner(task: str) -> _TaskRunner:
     return _RESIDENT.get(task, lambda: _TaskRunner(task))
 
 
+FAST_PATHS_SERVED: dict[str, int] = {}  # fast path -> cases of this process it served in
+
+
+def stack() -> dict[str, Any]:
+    """The LIBERO stack the sweep ran on: the distribution that provides ``libero``, robosuite,
+    MuJoCo, numpy and numba, and how many cases each fast path served in."""
+    from fastenv.backends.libero.mujoco_facts import installed_stack
+
+    return {**installed_stack(), "fast_paths_served": dict(FAST_PATHS_SERVED)}
+
+
 def check(case: Case, cmp: Comparer) -> None:
     """Play the scenario in fastenv and in LIBERO's own env for ``case``; raise ``Mismatch`` at a difference."""
     _runner(case.task).check(case, cmp)
@@ -215,8 +226,7 @@ class _TaskRunner:
             self._close_stock()
             from fastenv.backends.libero import _libero
 
-            _libero()
-            from libero.libero.envs import OffScreenRenderEnv
+            OffScreenRenderEnv = _libero().OffScreenRenderEnv
 
             kwargs: dict[str, Any] = {}
             cameras = list(self.cameras())
@@ -361,6 +371,8 @@ class _TaskRunner:
                 if ended:
                     episode += 1
             c += 1
+        for path, on in adapter.fast_paths().items():  # what served the case (modes turn some off)
+            FAST_PATHS_SERVED[path] = FAST_PATHS_SERVED.get(path, 0) + int(on)
 
     @staticmethod
     def _compare_obs(cmp: Comparer, label: str, ours: dict, stock: dict, keys: Sequence[str]) -> None:

