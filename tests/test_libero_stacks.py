@@ -7,6 +7,7 @@ builds it here, elsewhere the test runs where it is built.
 
 import json
 import os
+import re
 import subprocess
 import warnings
 from pathlib import Path
@@ -245,3 +246,20 @@ def test_a_conformance_sample_on_rlinfs_stack_equals_its_own_env(tmp_path):
     if case["fast_substep"] and case["chunk"] > 1:
         assert served["compiled control loop"] == served["fast control loop"] == 1
     assert "steps aside" not in run.stderr, run.stderr[-3000:]
+
+
+def _benchmark(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script,result", [("libero_stacks", "libero_stacks.json"), ("mujoco_versions", "libero_mujoco_versions.json")])
+def test_the_docs_tables_of_stacks_and_mujoco_versions_are_the_committed_json(script, result):
+    payload = json.loads((ROOT / "results" / result).read_text())
+    page = (ROOT / "docs" / "backends" / "libero-stacks.md").read_text()
+    assert _benchmark(script).table(payload) in page
+    assert not re.search(r'(^|[\s"=])/[\w.-]+/', json.dumps(payload)), "an absolute path of the machine that ran it"

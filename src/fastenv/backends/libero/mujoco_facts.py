@@ -166,12 +166,14 @@ def _robosuite_14() -> bool:
 
 def installed_stack() -> dict[str, str]:
     """The installed versions of what a LIBERO stack is made of: the distribution that provides the
-    ``libero`` package (its name and version), robosuite, MuJoCo, numpy, numba, gymnasium."""
+    LIBERO package in use (``task.package()``: its name and version), robosuite, MuJoCo, numpy,
+    numba, gymnasium."""
     import importlib.metadata as metadata
 
+    from fastenv.backends.libero.task import package
+
     out: dict[str, str] = {}
-    providers = metadata.packages_distributions().get("libero", [])
-    for name in providers:
+    for name in metadata.packages_distributions().get(package(), []):
         out["libero distribution"] = f"{name} {metadata.version(name)}"
     for name in ("robosuite", "mujoco", "numpy", "numba", "gymnasium"):
         try:
