@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -34,6 +35,11 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "mujoco_gl": os.environ.get("MUJOCO_GL"),
     }
+
+
+def no_paths(line: str) -> str:
+    """An error line without the folders of the machine it ran on (from site-packages on)."""
+    return re.sub(r"/[^\s'\"]*/site-packages/", "<site-packages>/", line)
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:

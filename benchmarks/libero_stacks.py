@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, write_json  # noqa: E402
+from _common import machine, no_paths, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def one_stack(name: str, venv: Path, args: argparse.Namespace) -> dict:
                                   if "fastenv:" in line and "steps aside" in line})
         if conform.returncode != 0:
             errors = [line for line in conform.stderr.splitlines() if re.match(r"^\w*(Error|Exception)\b", line)]
-            row["conform_error"] = errors[-1][:500] if errors else f"exit {conform.returncode}"
+            row["conform_error"] = no_paths(errors[-1][:500]) if errors else f"exit {conform.returncode}"
         if args.bench:
             bench_path = Path(tmp) / "bench.json"
             bench = _run(python, [str(ROOT / "benchmarks" / "bench_single_env.py"), "--rounds", str(args.rounds), "--steps", str(args.steps),

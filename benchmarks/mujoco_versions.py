@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, write_json  # noqa: E402
+from _common import machine, no_paths, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,26 +38,31 @@ def _install(python: Path, version: str) -> None:
     # MuJoCo 4 is split into mujoco, mujoco-core and mujoco-studio, which must match; installed
     # over 3.x in place only with all three forced
     packages = [f"mujoco=={version}"] + ([f"mujoco-core=={version}", f"mujoco-studio=={version}"] if int(version.split(".")[0]) >= 4 else [])
+    # first out whole: a 3.x wheel's files overlap mujoco-core's, so replacing one by the other in
+    # one step can leave neither complete
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "mujoco", "mujoco-core", "mujoco-studio"], check=True, capture_output=True, text=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--force-reinstall", "--no-deps", *packages],
                    check=True, capture_output=True, text=True)
 
 
 SHORT = {"compiled control loop": "compiled loop", "fast control loop": "fast loop", "observation at a chunk's end": "obs at chunk end",
-         "shared render context": "shared render", "contact check by geom id": "contacts by id"}
+         "in-place reset": "in-place reset", "shared render context": "shared render", "contact check by geom id": "contacts by id"}
 
 
 def table(payload: dict) -> str:
     """The docs' table of a versions JSON (Markdown), by MuJoCo version."""
-    lines = ["| MuJoCo | LIBERO distribution, robosuite | fast paths served | stepped aside | cases equal / differ |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| MuJoCo | stack | LIBERO distribution, robosuite | fast paths served | stepped aside | cases equal / differ |",
+             "| --- | --- | --- | --- | --- | --- |"]
     key = lambda r: tuple(int(p) for p in r["mujoco"].split("."))  # noqa: E731
-    for r in sorted(payload["versions"], key=key):
+    for r in sorted(payload["versions"], key=lambda r: (key(r), r["venv"])):
         stack, served, c = r.get("stack", {}), r.get("fast_paths_served") or {}, r.get("conformance")
         paths = ", ".join(short for name, short in SHORT.items() if served.get(name)) or "none"
         aside = "; ".join(line.split("steps aside for robosuite's own code: ", 1)[-1] for line in r["stepped_aside"]) or "-"
         cases = f"{c['passed']} / {c['failed']} of {c['cases']}" if c else f"none ran: {r.get('error', '').strip().splitlines()[-1][:120]}"
         if c and c["failed"] and r.get("differences"):
             cases += f" ({str(r['differences'][0]).splitlines()[0][:160]})"
-        lines.append(f"| {r['mujoco']} | {stack.get('libero distribution', '-')}, robosuite {stack.get('robosuite', '-')} | {paths} | {aside} | {cases} |")
+        made = f"{stack['libero distribution']}, robosuite {stack['robosuite']}" if stack else "-"
+        lines.append(f"| {r['mujoco']} | {r['venv']} | {made} | {paths} | {aside} | {cases} |")
     return "\n".join(lines)
 
 
@@ -88,9 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
                "command": "python benchmarks/mujoco_versions.py " + " ".join(sys.argv[1:] if argv is None else argv),
                "fastenv": importlib.metadata.version("fastenv-rl"), "machine": machine(), "versions": rows}
     out = Path(args.out)
-    if out.exists():  # several venvs' versions in one table: rows of other venvs are kept
+    if out.exists():  # one table from several runs: the rows of other venvs and versions are kept
         previous = json.loads(out.read_text())
-        payload["versions"] = rows = [r for r in previous.get("versions", []) if r.get("venv") != venv.name]
+        payload["versions"] = rows = [r for r in previous.get("versions", []) if not (r.get("venv") == venv.name and r["mujoco"] in args.versions)]
     try:
         for version in args.versions:
             _install(python, version)
@@ -104,13 +109,13 @@ def main(argv: list[str] | None = None) -> dict:
                              "stepped_aside": sorted({line.split("RuntimeWarning: ", 1)[-1].strip() for line in run.stderr.splitlines()
                                                       if "steps aside" in line})}
                 if table_path.exists():
-                    table = json.loads(table_path.read_text())
-                    row.update(stack={k: v for k, v in table.get("stack", {}).items() if k != "fast_paths_served"},
-                               fast_paths_served=table.get("stack", {}).get("fast_paths_served"),
-                               conformance=table["summary"]["total"], differences=[d["difference"] for d in table["differences"]])
+                    conformed = json.loads(table_path.read_text())
+                    row.update(stack={k: v for k, v in conformed.get("stack", {}).items() if k != "fast_paths_served"},
+                               fast_paths_served=conformed.get("stack", {}).get("fast_paths_served"),
+                               conformance=conformed["summary"]["total"], differences=[d["difference"] for d in conformed["differences"]])
                 else:
                     errors = [line for line in run.stderr.splitlines() if re.match(r"^\w*(Error|Exception)\b", line)]
-                    row["error"] = errors[-1][:500] if errors else f"exit {run.returncode}"
+                    row["error"] = no_paths(errors[-1][:500]) if errors else f"exit {run.returncode}"
             rows.append(row)
             print(f"MuJoCo {version}: {row.get('conformance')} served {row.get('fast_paths_served')} aside {row['stepped_aside']}", flush=True)
             write_json(out, payload)

@@ -4,7 +4,7 @@ fastenv's LIBERO fast paths call MuJoCo's functions directly (the compiled contr
 their C addresses), and MuJoCo's releases add, rename and re-argue functions. No fact is taken
 from a version number: each is read from the loaded bindings when a path is first built, and a
 path whose facts do not hold steps aside for robosuite's own code, with one warning line per
-process saying why (``step_aside``). What the bindings of MuJoCo 3.0.0 to 4.0.0 show:
+process saying why (``step_aside``). What the bindings of MuJoCo 2.3.7 and 3.0.0 to 4.0.0 show:
 
 - ``mj_fullM`` (the controller's mass matrix) takes ``(m, dst, M)``, ``M`` being ``d.qM``, up to
   3.9, and ``(m, d, dst)`` from 3.10. robosuite 1.4's controller calls the first form; the
@@ -12,10 +12,13 @@ process saying why (``step_aside``). What the bindings of MuJoCo 3.0.0 to 4.0.0 
   active ``Controller.update`` calls, and only where the loaded bindings take that form (else
   robosuite's own loop runs, and fails as robosuite does).
 - ``mj_copyData`` is bound in Python from 3.5. Before, the same C function of the library the
-  bindings loaded copies at the ``MjData``'s address (``_address``, there from 3.0).
+  bindings loaded copies at the ``MjData``'s address (``_address``, there from 2.3.7).
 - ``mj_implicit`` is bound from 3.1 (the implicit integrators' last stage).
 - The size of ``mjSTATE_INTEGRATION`` grows (8191 before 3.5, 16383, then 32767 in 4.0): state
   sizes are always asked of ``mj_stateSize``.
+- MuJoCo's step split where a controller goes (``mj_step1``, ``mj_step2``) differs from its whole
+  ``mj_step`` in the last bits on 2.3.7 and 3.0 to 3.2, not from 3.3: the control loop checks
+  this once per model (``control._ControlLoop._split_is_whole``) and steps aside where it differs.
 
 Each distribution's stack is checked against its own ``OffScreenRenderEnv`` by
 ``fastenv conform libero`` (``docs/backends/libero-stacks.md``, ``results/libero_stacks.json``).
