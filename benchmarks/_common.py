@@ -42,6 +42,13 @@ def no_paths(line: str) -> str:
     return re.sub(r"/[^\s'\"]*/site-packages/", "<site-packages>/", line)
 
 
+def print_docs_table(path: str | Path, render: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+    """Print a results JSON as the docs' table (``render`` makes it) and return the JSON."""
+    payload = json.loads(Path(path).read_text())
+    print(render(payload))
+    return payload
+
+
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, no_paths, write_json  # noqa: E402
+from _common import machine, no_paths, print_docs_table, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,9 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="results/libero_mujoco_versions.json")
     args = parser.parse_args(argv)
     if args.table:
-        payload = json.loads(Path(args.table).read_text())
-        print(table(payload))
-        return payload
+        return print_docs_table(args.table, table)
     if not args.venv or not args.versions:
         parser.error("give --venv and --versions (or --table JSON)")
     venv = Path(args.venv)
