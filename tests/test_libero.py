@@ -565,7 +565,7 @@ def test_bad_actions_leave_the_env_usable(libero_slim_env, bad, match):
 
 
 def test_unknown_reset_option(libero_slim_env):
-    with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['reset_mask'\]; allowed: \['init_state_id'\]"):
+    with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['reset_mask'\]; allowed: \['init_state_id', 'init_state'\]"):
         libero_slim_env.reset(options={"reset_mask": True})
     obs, _ = libero_slim_env.reset(options={"init_state_id": 3})
     assert libero_slim_env.observation_space.contains(obs)

@@ -358,6 +358,19 @@ class LiberoAdapter:
             raise ValueError(f"init_state_id must be in [0, {len(states)}), got {init_state_id}")
         return int(init_state_id)
 
+    def _check_init_state(self, state: Any) -> np.ndarray | None:
+        """A whole MuJoCo state (``init_state``: what LIBERO's ``set_init_state`` takes)."""
+        if state is None:
+            return None
+        array = np.asarray(state)
+        size = self._raw.sim.get_state().flatten().size
+        if array.ndim != 1 or array.size != size or not np.issubdtype(array.dtype, np.number):
+            raise ValueError(
+                f"reset option 'init_state' must be a flat numeric MuJoCo state of {size} values "
+                f"(as LIBERO's init-state files hold), got shape {array.shape} of {array.dtype}"
+            )
+        return array
+
     def _reset_sim(self, *, observed: bool) -> Any:
         """robosuite's reset; in place (not hard) with a rebuilt env's starting state put back.
 
@@ -401,9 +414,14 @@ class LiberoAdapter:
         unknown = sorted(set(options) - set(RESET_OPTIONS))
         if unknown:
             raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(RESET_OPTIONS)}")
-        state_id = self._check_init_state_id(options.get("init_state_id", self.init_state_id))
-        if state_id is None and self.task.init_states is not None:
+        state = self._check_init_state(options.get("init_state"))
+        if state is not None and options.get("init_state_id") is not None:
+            raise ValueError("reset options 'init_state' and 'init_state_id' exclude each other: give one")
+        state_id = None if state is not None else self._check_init_state_id(options.get("init_state_id", self.init_state_id))
+        if state is None and state_id is None and self.task.init_states is not None:
             state_id = int(rng.integers(len(self.task.init_states)))
+        if state_id is not None:
+            state = self.task.init_states[state_id]
         # Placements (objects without an init state, fixtures in every scene that places them at
         # random) come from this env's own generator, seeded as LIBERO's env.seed(seed) seeds
         # numpy's global one (see scene.py).
@@ -412,9 +430,9 @@ class LiberoAdapter:
         self._randomness.ensure(rng)
         _make_gl_current(self._raw)
         with self._randomness.active():
-            raw_obs = self._reset_sim(observed=state_id is None)
-        if state_id is not None:
-            raw_obs = self._env.set_init_state(self.task.init_states[state_id])
+            raw_obs = self._reset_sim(observed=state is None)
+        if state is not None:
+            raw_obs = self._env.set_init_state(state)
         if self._point is not None:
             self._point.pending = False  # the reset's observation is the current one
         info = {"language_instruction": self.task.language, "init_state_id": -1 if state_id is None else state_id}

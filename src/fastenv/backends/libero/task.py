@@ -22,7 +22,7 @@ DEFAULT_MAX_EPISODE_STEPS = 500
 STOCK_CAMERAS = ("agentview", "robot0_eye_in_hand")
 DEFAULT_MODALITIES = ("agentview_image", "robot0_proprio-state")
 SEGMENTATION_LEVELS = ("instance", "class", "element")
-RESET_OPTIONS = ("init_state_id",)
+RESET_OPTIONS = ("init_state_id", "init_state")
 
 
 PACKAGES = {  # import name -> what installs it

@@ -1,0 +1,350 @@
+"""RLinf's LIBERO env on fastenv: the same class, config and data, with the simulator work cut.
+
+RLinf (``rlinf``) runs LIBERO through ``rlinf.envs.libero.libero_env.LiberoEnv``: one
+``OffScreenRenderEnv`` per env in its own process, stepped one action at a time. Its
+``chunk_step`` steps, renders and packages an observation after every action of a chunk, and its
+env worker keeps only the last one; every reset rebuilds the env (in training) and renders 15
+settling steps. ``LiberoEnv`` here is RLinf's class with its simulator layer replaced:
+
+- RLinf's own code keeps everything it computes: reset-state ids, groups, rewards
+  (``use_rel_reward``, ``reward_coef``, step penalty), terminations and truncations,
+  ``ignore_terminations``, auto-reset, eval mode and its per-task statistics, episode metrics,
+  observation packaging. Only ``self.env`` (its ``ReconfigureSubprocEnv``) is fastenv's.
+- A chunk's actions go to fastenv's workers at once. Each env takes them as sub-steps (fastenv's
+  control loop, no renders) and is observed once, at the chunk's end. The 15 settling steps of a
+  reset run the same way.
+- A reset reuses the built env when the task and cameras are unchanged, resetting it in place
+  (bit for bit a rebuilt env's reset), and shares one render context per worker.
+
+What differs, by design: ``chunk_step``'s observation list holds ``None`` in place of the
+observations nobody reads (every position but the last). RLinf's env worker reads only the last,
+and RLinf's ``RecordVideo`` drops ``None`` entries (RLinf wrote it so for envs that skip
+intermediate observations), so a video holds one frame per chunk (the chunk's last) plus the
+frame after each reset. Raw observations hold the five keys RLinf reads.
+
+Use it in place of RLinf's class, or switch a whole RLinf run with one import in its entry
+script: ``from fastenv.integrations.rlinf import EnvWorker`` (instead of
+``rlinf.workers.env.env_worker``'s), which builds this class wherever RLinf's config says
+``env_type: libero``.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from fastenv._deps import require
+
+__all__ = ["check_init_params", "fastenv_env_cls"]  # and, built at first use where RLinf is installed: LiberoEnv, EnvWorker, AsyncEnvWorker
+
+# RLinf's reset steps this many zero actions after putting the init state (libero_env.reset).
+SETTLE_STEPS = 15
+# What RLinf's LiberoEnv reads of a raw LIBERO observation (``_extract_image_and_state``).
+STATE_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
+STOCK_CAMERAS = ("agentview", "robot0_eye_in_hand")  # OffScreenRenderEnv's cameras
+# ``init_params`` (OffScreenRenderEnv's arguments) this env reproduces, with LIBERO's defaults.
+INIT_PARAMS = {"camera_heights": 128, "camera_widths": 128, "camera_names": STOCK_CAMERAS, "horizon": 1000, "ignore_done": False}
+
+
+def check_init_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """OffScreenRenderEnv's arguments as this env takes them; others are refused, naming them."""
+    unknown = sorted(set(params) - set(INIT_PARAMS) - {"bddl_file_name", "seed"})
+    if unknown:
+        raise ValueError(
+            f"fastenv's RLinf LIBERO env takes the init_params {sorted(INIT_PARAMS)}; got {unknown} as well. "
+            "Remove them, or use RLinf's own LiberoEnv for this config"
+        )
+    out = {**INIT_PARAMS, **{k: v for k, v in params.items() if k in INIT_PARAMS}}
+    for key in ("camera_heights", "camera_widths"):
+        value = out[key]
+        if isinstance(value, (list, tuple)):
+            if len(set(value)) != 1:
+                raise ValueError(f"init_params.{key}: one size for every camera, got {list(value)}")
+            value = value[0]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"init_params.{key} must be a positive int, got {value!r}")
+        out[key] = int(value)
+    names = out["camera_names"]
+    out["camera_names"] = (names,) if isinstance(names, str) else tuple(names)
+    return out
+
+
+class _Row(gym.Env):
+    """One env of RLinf's LIBERO env, inside a fastenv worker: a LIBERO task on fastenv's adapter.
+
+    Its results travel by ``PipelineVectorEnv.call_at`` (RLinf's semantics: an env steps on after
+    success until its chunk ends), so the spaces below only describe it to the vector env.
+    """
+
+    observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (7,), np.float32)
+
+    def __init__(self, index: int, params: Mapping[str, Any]) -> None:
+        self.index = index
+        self._adapter: Any = None
+        self._spec: tuple | None = None
+        self.rlinf_reconfigure({index: params})
+
+    # Each call carries one value per env, keyed by env index: every env takes its own.
+    def rlinf_reconfigure(self, by_env: Mapping[int, Mapping[str, Any]]) -> None:
+        """RLinf's ``reconfigure``: a new task's env; the same task's is kept (reset in place)."""
+        from fastenv.backends.libero import LiberoAdapter, LiberoTask
+
+        params = dict(by_env[self.index])
+        seed = params.pop("seed")
+        bddl = params.pop("bddl_file_name")
+        args = check_init_params(params)
+        cameras = args["camera_names"]
+        spec = (bddl, args["camera_heights"], args["camera_widths"], cameras)
+        if spec != self._spec:
+            if self._adapter is not None:
+                self._adapter.close()
+                self._adapter = None
+            keys = [f"{cam}_image" for cam in cameras] + list(STATE_KEYS)
+            task = LiberoTask("", -1, bddl, None, "")
+            self._adapter = LiberoAdapter(task, keys=keys, camera_size=(args["camera_heights"], args["camera_widths"]))
+            self._spec = spec
+        self.horizon, self.ignore_done = int(args["horizon"]), bool(args["ignore_done"])
+        self._seed = seed
+        self._reset_pending = True
+        self._timestep = 0
+
+    def rlinf_seed(self, by_env: Mapping[int, int | None]) -> None:
+        self._seed = by_env[self.index]  # LIBERO's env.seed seeds the placements of the next reset
+
+    def rlinf_reset(self) -> None:
+        # RLinf puts an init state right after (but LIBERO-plus): the reset happens with it.
+        self._reset_pending = True
+
+    def rlinf_set_init_state(self, by_env: Mapping[int, np.ndarray]) -> None:
+        self._reset(by_env[self.index])
+
+    def _reset(self, state: np.ndarray | None) -> None:
+        options = None if state is None else {"init_state": state}
+        rng = np.random.default_rng(self._seed)
+        self._adapter.reset(seed=self._seed, options=options, rng=rng)
+        self._reset_pending = False
+        self._timestep = 0
+
+    def rlinf_run(self, by_env: Mapping[int, np.ndarray]) -> tuple[list[float], list[bool], dict[str, np.ndarray]]:
+        """The env's actions as sub-steps, observed after the last: (rewards, successes, obs)."""
+        if self._reset_pending:
+            self._reset(None)
+        rewards, dones = [], []
+        for action in by_env[self.index]:
+            if not self.ignore_done and self._timestep >= self.horizon:
+                raise ValueError("executing action in terminated episode")  # robosuite's own check and words
+            self._timestep += 1
+            reward, success, _, _ = self._adapter.substep(action)
+            rewards.append(reward)
+            dones.append(success)
+        return rewards, dones, self._adapter.observe()
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("an RLinf row is stepped through LiberoEnv (chunk_step / step)")
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def close(self) -> None:
+        if self._adapter is not None:
+            self._adapter.close()
+            self._adapter = None
+
+
+class _Rows:
+    """RLinf's ``ReconfigureSubprocEnv`` interface over fastenv's workers.
+
+    ``run_chunk`` steps each env's actions at once; the ``step`` calls RLinf's code makes next,
+    with the same actions, are then answered from those results, without a simulator call: an
+    observation where the chunk ended, ``None`` before. A ``step`` with nothing queued is one
+    observed sub-step in the workers.
+    """
+
+    def __init__(self, params: Sequence[Mapping[str, Any]], *, num_workers: int | None = None, step_timeout: float = 600.0) -> None:
+        from fastenv.vector import PipelineVectorEnv
+
+        fns = [functools.partial(_Row, i, dict(p)) for i, p in enumerate(params)]
+        self.env_num = len(fns)
+        self.envs = PipelineVectorEnv(fns, num_workers=num_workers, step_timeout=step_timeout, progress=False)
+        self._queue: list[collections.deque] = [collections.deque() for _ in range(self.env_num)]
+
+    def __len__(self) -> int:
+        return self.env_num
+
+    def _ids(self, id: Any) -> list[int]:
+        if id is None:
+            return list(range(self.env_num))
+        return [int(id)] if np.isscalar(id) else [int(i) for i in id]
+
+    def reconfigure_env_fns(self, env_fns: Sequence[Mapping[str, Any]], id: Any = None) -> None:
+        ids = self._ids(id)
+        self.envs.call_at(ids, "rlinf_reconfigure", dict(zip(ids, env_fns)))
+
+    def seed(self, seed: Any = None) -> list[None]:
+        ids = self._ids(None)
+        if seed is None or isinstance(seed, (int, np.integer)):  # RLinf's vector env: env i gets seed + i
+            seeds = [None if seed is None else int(seed) + i for i in ids]
+        else:
+            seeds = list(seed)
+        self.envs.call_at(ids, "rlinf_seed", dict(zip(ids, seeds)))
+        return [None] * len(ids)
+
+    def reset(self, id: Any = None, **kwargs: Any) -> None:
+        ids = self._ids(id)
+        self._drop(ids)
+        self.envs.call_at(ids, "rlinf_reset")
+
+    def set_init_state(self, init_state: Sequence[np.ndarray], id: Any = None) -> None:
+        ids = self._ids(id)
+        self.envs.call_at(ids, "rlinf_set_init_state", dict(zip(ids, init_state)))
+
+    def run_chunk(self, actions: np.ndarray, id: Any = None) -> None:
+        """Step env ``id[j]`` through ``actions[j]`` (K actions) now; queue what each step returns."""
+        ids = self._ids(id)
+        if any(self._queue[i] for i in ids):
+            raise RuntimeError("a chunk is already queued for these envs: its steps were not all taken")
+        results = self.envs.call_at(ids, "rlinf_run", dict(zip(ids, actions)))
+        for i, row_actions, (rewards, dones, obs) in zip(ids, actions, results):
+            last = len(rewards) - 1
+            for k, (reward, done) in enumerate(zip(rewards, dones)):
+                self._queue[i].append((row_actions[k], obs if k == last else None, reward, done))
+
+    def step(self, action: Any, id: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        ids = self._ids(id)
+        action = np.asarray(action)
+        queued = [bool(self._queue[i]) for i in ids]
+        if any(queued):
+            if not all(queued):
+                raise RuntimeError(f"envs {[i for i, q in zip(ids, queued) if not q]} have no queued step while others do")
+            entries = [self._queue[i].popleft() for i in ids]
+            for i, row, entry in zip(ids, action, entries):
+                if row.dtype != entry[0].dtype or not np.array_equal(row, entry[0]):
+                    raise RuntimeError(f"env {i} was stepped with an action other than the one its chunk ran")
+        else:
+            results = self.envs.call_at(ids, "rlinf_run", {i: action[j][None] for j, i in enumerate(ids)})
+            entries = [(None, obs, rewards[0], dones[0]) for rewards, dones, obs in results]
+        obs = np.empty(len(ids), dtype=object)
+        obs[:] = [entry[1] for entry in entries]
+        rewards = np.stack([entry[2] for entry in entries])
+        dones = np.stack([entry[3] for entry in entries])
+        # LIBERO's step info is empty; RLinf's vector env adds each env's id (and stacks the dicts).
+        return obs, rewards, dones, np.stack([{"env_id": i} for i in ids])
+
+    def pending(self) -> int:
+        return sum(len(q) for q in self._queue)
+
+    def check_drained(self, where: str) -> None:
+        left = self.pending()
+        if left:
+            self._drop(range(self.env_num))
+            raise RuntimeError(
+                f"RLinf's {where} took fewer steps than fastenv ran ahead ({left} left): this RLinf version "
+                "steps other than fastenv's drop-in expects; use RLinf's own LiberoEnv and report it"
+            )
+
+    def _drop(self, ids: Any) -> None:
+        for i in ids:
+            self._queue[i].clear()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def _as_numpy(actions: Any) -> np.ndarray:
+    if hasattr(actions, "detach"):  # RLinf's step: ``actions.detach().cpu().numpy()``
+        return actions.detach().cpu().numpy()
+    return np.asarray(actions)
+
+
+def _rlinf_libero_env() -> type:
+    return require("rlinf.envs.libero.libero_env", "rlinf", "RLinf (rlinf) with its LIBERO env").LiberoEnv
+
+
+@functools.cache
+def _env_class() -> type:
+    class LiberoEnv(_rlinf_libero_env()):  # type: ignore[misc]
+        """RLinf's ``LiberoEnv`` (same constructor, config keys and methods) on fastenv.
+
+        One config key of its own, optional: ``fastenv: {num_workers: N}`` (default: one
+        worker per CPU, at most one per env).
+
+        Example:
+            >>> env = LiberoEnv(cfg, num_envs=4, seed_offset=0, total_num_processes=1, worker_info=None)
+            >>> obs, infos = env.reset()
+            >>> obs_list, rewards, terminations, truncations, infos_list = env.chunk_step(actions)
+        """
+
+        def _init_env(self) -> None:
+            options = self.cfg.get("fastenv", None) or {}
+            self.env = _Rows(self.get_env_fn_params(), num_workers=options.get("num_workers"))
+
+        def _reconfigure(self, reset_state_ids: Any, env_idx: Any) -> None:
+            super()._reconfigure(reset_state_ids, env_idx)
+            zero = np.zeros((len(env_idx), SETTLE_STEPS, 7))  # RLinf's reset steps these next
+            if self.cfg.reset_gripper_open:
+                zero[..., -1] = -1
+            self.env.run_chunk(zero, env_idx)
+
+        def reset(self, env_idx: Any = None, reset_state_ids: Any = None) -> Any:
+            out = super().reset(env_idx=env_idx, reset_state_ids=reset_state_ids)
+            self.env.check_drained("reset")
+            return out
+
+        def chunk_step(self, chunk_actions: Any) -> Any:
+            self.env.run_chunk(_as_numpy(chunk_actions))
+            out = super().chunk_step(chunk_actions)
+            self.env.check_drained("chunk_step")
+            return out
+
+        def _wrap_obs(self, obs_list: Any) -> Any:
+            if any(obs is None for obs in obs_list):
+                return None  # a sub-step inside a chunk: not observed
+            return super()._wrap_obs(obs_list)
+
+        def close(self) -> None:
+            env = getattr(self, "env", None)
+            if isinstance(env, _Rows):
+                env.close()
+
+    LiberoEnv.__module__ = __name__
+    return LiberoEnv
+
+
+_WORKERS = {"EnvWorker": "rlinf.workers.env.env_worker", "AsyncEnvWorker": "rlinf.workers.env.async_env_worker"}
+
+
+@functools.cache
+def _worker_class(name: str) -> type:
+    base = getattr(require(_WORKERS[name], "rlinf", "RLinf's env worker"), name)
+
+    def _setup_env_and_wrappers(self: Any, env_cls: type, env_cfg: Any, num_envs_per_stage: int) -> Any:
+        return base._setup_env_and_wrappers(self, fastenv_env_cls(env_cls), env_cfg, num_envs_per_stage)
+
+    return type(name, (base,), {
+        "__module__": __name__,
+        "__qualname__": name,
+        "__doc__": f"RLinf's ``{name}``, building fastenv's LIBERO env where RLinf's config says ``env_type: libero``.",
+        "_setup_env_and_wrappers": _setup_env_and_wrappers,
+    })
+
+
+def fastenv_env_cls(env_cls: type) -> type:
+    """fastenv's class in place of RLinf's ``LiberoEnv``; any other env class unchanged."""
+    return _env_class() if env_cls is _rlinf_libero_env() else env_cls
+
+
+def __getattr__(name: str) -> Any:
+    # The classes subclass RLinf's, so they exist only where RLinf is installed, built at first use.
+    if name == "LiberoEnv":
+        return _env_class()
+    if name in _WORKERS:
+        return _worker_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

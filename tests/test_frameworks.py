@@ -1,0 +1,199 @@
+"""fastenv inside RLinf and LeRobot: their env layers against fastenv's drop-ins.
+
+Each framework runs in its own virtual environment (its pins conflict with fastenv's): RLinf's in
+``.stacks/rlinf`` (``bash scripts/libero_stack.sh rlinf``; CI builds it in the background from
+the session's start), LeRobot's in ``.stacks/lerobot`` (docs/frameworks/lerobot.md). A test whose
+framework is not there is skipped and says how to make it, the way ManiSkill's scripts are gated;
+CI runs the RLinf equality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fastenv.conformance import rlinf as rlinf_conformance
+from fastenv.integrations import rlinf as rlinf_integration
+
+LEROBOT = ROOT / ".stacks" / "lerobot"
+
+
+def _commit_sample(options: list[str]) -> str:
+    """One of ``options`` per commit (the sweep is run whole by its command; CI samples it)."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=False, capture_output=True, text=True).stdout.strip() or "none"
+    return options[int(hashlib.sha256(head.encode()).hexdigest(), 16) % len(options)]
+
+
+def _run(python: Path, module: str, args: list[str], tmp_path: Path, venv: Path) -> dict:
+    out = tmp_path / "out.json"
+    env = {**os.environ, "LIBERO_CONFIG_PATH": str(venv / "libero-config"), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([str(python), "-m", module, *args, "--out", str(out)], cwd=tmp_path, env=env, check=False, capture_output=True, text=True, timeout=1700)
+    assert out.exists(), run.stderr[-4000:]
+    return json.loads(out.read_text()) | {"stderr": run.stderr, "returncode": run.returncode}
+
+
+# -- pure logic, no framework -----------------------------------------------------------------------
+
+def test_init_params_beyond_what_the_drop_in_reproduces_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"camera_depths"):
+        rlinf_integration.check_init_params({"camera_heights": 64, "camera_depths": True})
+    with pytest.raises(ValueError, match="one size for every camera"):
+        rlinf_integration.check_init_params({"camera_heights": [64, 32]})
+    with pytest.raises(ValueError, match="positive int"):
+        rlinf_integration.check_init_params({"camera_widths": 0})
+    args = rlinf_integration.check_init_params({"camera_heights": [64, 64], "camera_widths": 48})
+    assert (args["camera_heights"], args["camera_widths"], args["camera_names"]) == (64, 48, ("agentview", "robot0_eye_in_hand"))
+
+
+def test_the_leaves_compared_cover_nested_values_and_the_comparison_sees_dtype_and_bits():
+    leaves = dict(rlinf_conformance._leaves({"a": [np.zeros(2)], "b": {"c": 1}}, "x"))
+    assert set(leaves) == {"x.a#len", "x.a[0]", "x.b.c"}
+    assert rlinf_conformance._same(np.zeros(2), np.zeros(2))
+    assert not rlinf_conformance._same(np.zeros(2), np.zeros(2, np.float32))
+    assert not rlinf_conformance._same(np.array([0.0]), np.array([-0.0]))  # bits, not values
+    assert not rlinf_conformance._same(1, 1.0)
+
+
+def test_without_rlinf_the_classes_say_what_to_install():
+    pytest.importorskip("gymnasium")
+    try:
+        import rlinf  # noqa: F401
+    except ImportError:
+        from gymnasium.error import DependencyNotInstalled
+
+        with pytest.raises(DependencyNotInstalled, match="rlinf"):
+            rlinf_integration.LiberoEnv  # noqa: B018
+    else:
+        pytest.skip("RLinf is installed here")
+
+
+# -- RLinf, in its stack ------------------------------------------------------------------------------
+
+def _rlinf_python() -> Path:
+    from test_libero_stacks import RLINF
+    from test_libero_stacks import _rlinf_python as build_or_skip
+
+    python = build_or_skip()
+    check = subprocess.run([str(python), "-c", "import rlinf.envs.libero.libero_env"], check=False, capture_output=True, text=True,
+                           env={**os.environ, "LIBERO_CONFIG_PATH": str(RLINF / "libero-config")})
+    if check.returncode != 0:
+        pytest.skip(f"RLinf's env layer is not in {RLINF.relative_to(ROOT)}: bash scripts/libero_stack.sh rlinf ({check.stderr.strip()[-200:]})")
+    return python
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(1800)
+def test_the_rlinf_drop_in_equals_rlinfs_own_liberoenv_and_env_worker(tmp_path):
+    """One sample per commit of the sweep ``python -m fastenv.conformance.rlinf`` runs whole: one of
+    RLinf's modes (train, groups, ignore_terminations, eval, step penalty, libero_10) through reset,
+    chunk_step, a new epoch, a partial reset and step; or RLinf's EnvWorker code (env class from its
+    config, RecordVideo, chunk steps, rollout end) with one import changed. Every value equal."""
+    from test_libero_stacks import RLINF
+
+    case = os.environ.get("FASTENV_RLINF_CASE") or _commit_sample([*rlinf_conformance.CASES, "worker"])
+    result = _run(_rlinf_python(), "fastenv.conformance.rlinf", ["--cases", case, "--chunks", "3" if case == "worker" else "4"], tmp_path, RLINF)
+    (only,) = result["cases"]
+    assert only["case"] == ("env worker" if case == "worker" else case) and only["values"] > 200
+    assert only["equal"], only["differences"]
+    assert result["returncode"] == 0
+    assert result["stack"]["libero distribution"].startswith("rlinf-libero ")
+    if case == "worker":
+        facts = only["facts"]
+        assert set(facts["rlinf"]["env classes"]) == {"rlinf.envs.libero.libero_env.LiberoEnv"}
+        assert set(facts["fastenv"]["env classes"]) == {"fastenv.integrations.rlinf.LiberoEnv"}
+        # RLinf's video holds every sub-step's frame; the drop-in's, one per chunk (its last) and each reset's
+        stock, fast = facts["rlinf"]["video frames"], facts["fastenv"]["video frames"]
+        assert all(f < s for f, s in zip(fast, stock)) and all(f >= 1 + 3 for f in fast)
+        for run in ("rlinf", "fastenv"):  # one video per stage, each written
+            assert len(facts[run]["videos written"]) == 2 and all(v.endswith(".mp4") for v in facts[run]["videos written"])
+
+
+# -- LeRobot, in its stack ----------------------------------------------------------------------------
+
+def _lerobot_python() -> Path:
+    python = LEROBOT / "bin" / "python"
+    if python.exists():
+        check = subprocess.run([str(python), "-c", "import lerobot.envs.libero, lerobot.policies.act.modeling_act"], check=False, capture_output=True, text=True,
+                               env={**os.environ, "LIBERO_CONFIG_PATH": str(LEROBOT / "libero-config")})
+        if check.returncode == 0:
+            return python
+    pytest.skip(f"LeRobot's stack is not in {LEROBOT.relative_to(ROOT)}: docs/frameworks/lerobot.md says how to make it")
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(1800)
+def test_the_lerobot_drop_in_equals_lerobots_own_env_in_its_eval_loop(tmp_path):
+    result = _run(_lerobot_python(), "fastenv.conformance.lerobot", ["--tasks", "libero_goal/3", "--batches", "2"], tmp_path, LEROBOT)
+    assert len(result["cases"]) == 3
+    for case in result["cases"]:
+        assert case["equal"], case["differences"]
+        if "time limits only" in case["case"]:
+            assert not any(case["successes"])  # every episode ran to the time limit
+        else:
+            assert all(case["successes"])  # episodes ended by success, and the next ones started from the next init states
+    assert result["returncode"] == 0
+
+
+# -- the benchmark's docs table -----------------------------------------------------------------------
+
+def test_the_frameworks_docs_table_is_the_committed_json():
+    import bench_frameworks
+
+    payload = json.loads((ROOT / "results" / "bench_frameworks.json").read_text())
+    page = (ROOT / "docs" / "frameworks" / "index.md").read_text()
+    assert bench_frameworks.docs_table(payload) in page
+    assert bench_frameworks.docs_ratios(payload) in page
+    assert "/work" not in json.dumps(payload) and "/home" not in json.dumps(payload)
+    assert {row["row"] for row in payload["rows"]} == set(bench_frameworks.ROWS)
+
+
+# -- what the drop-ins use of fastenv's LIBERO env, in fastenv's own stack ------------------------------
+
+@pytest.mark.libero
+def test_a_reset_to_a_whole_mujoco_state_equals_the_reset_to_that_init_state_id():
+    pytest.importorskip("libero")
+    import gymnasium as gym
+
+    import fastenv  # noqa: F401
+
+    env = gym.make("fastenv/Libero-v0", suite="libero_goal", task_id=3, chunk=2, camera_size=32)
+    try:
+        by_id, info_id = env.reset(seed=0, options={"init_state_id": 3})
+        after_id = env.step(np.full((2, 7), 0.3, np.float32))[0]
+        state = env.unwrapped.adapter.task.init_states[3]
+        by_state, info_state = env.reset(seed=0, options={"init_state": state})
+        after_state = env.step(np.full((2, 7), 0.3, np.float32))[0]
+        for key in by_id:
+            assert np.array_equal(by_id[key], by_state[key]) and np.array_equal(after_id[key], after_state[key]), key
+        assert (info_id["init_state_id"], info_state["init_state_id"]) == (3, -1)
+        with pytest.raises(ValueError, match="flat numeric MuJoCo state"):
+            env.reset(options={"init_state": state[:-1]})
+        with pytest.raises(ValueError, match="exclude each other"):
+            env.reset(options={"init_state": state, "init_state_id": 3})
+    finally:
+        env.close()
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(900)
+def test_lerobot_eval_runs_through_fastenv_with_its_own_arguments(tmp_path):
+    python = _lerobot_python()
+    env = {**os.environ, "LIBERO_CONFIG_PATH": str(LEROBOT / "libero-config"), "HF_HUB_OFFLINE": "1"}
+    args = ["--env.type=libero", "--env.task=libero_goal", "--env.task_ids=[3]", "--env.episode_length=5", "--policy.type=act",
+            "--policy.pretrained_backbone_weights=null", "--policy.device=cpu", "--policy.push_to_hub=false",
+            "--eval.n_episodes=1", "--eval.batch_size=1", f"--output_dir={tmp_path / 'out'}"]
+    run = subprocess.run([str(python), "-m", "fastenv.integrations.lerobot", *args], cwd=tmp_path, env=env, check=False, capture_output=True, text=True, timeout=800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
+    assert info["overall"]["n_episodes"] == 1
+    assert list((tmp_path / "out" / "videos").rglob("*.mp4"))  # rendered through the drop-in's render()
