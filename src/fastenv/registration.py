@@ -22,6 +22,8 @@ BACKENDS = {
     "fastenv/Behavior-v0": "fastenv.backends.behavior",
     "fastenv/ManiSkill-v0": "fastenv.backends.maniskill",
 }
+# Backends that render with OpenGL in the env's process (a forked copy of a context deadlocks).
+GL_BACKENDS = ("fastenv/Libero-v0",)
 ENV_IDS = {
     "fastenv/Libero-v0": ("fastenv.registration:make_libero", "fastenv.backends.libero:make_vec"),
     "fastenv/Behavior-v0": ("fastenv.registration:make_behavior", None),
@@ -54,7 +56,33 @@ def gym_make_time_limit(frame: FrameType | None) -> int | None:
     return None if limit is None or limit == -1 else limit
 
 
+def forking_async_vector_env(frame: FrameType | None) -> bool:
+    """Whether this env is being built by Gymnasium's ``AsyncVectorEnv`` that will fork its workers.
+
+    ``AsyncVectorEnv`` builds one env in the calling process, then starts its workers with the
+    ``context`` it was given, by default the platform's (fork on Linux).
+    """
+    import multiprocessing
+
+    init = getattr(gym.vector.AsyncVectorEnv.__init__, "__code__", None)
+    while frame is not None:
+        if frame.f_code is init:
+            context = frame.f_locals.get("context")
+            method = context if isinstance(context, str) else multiprocessing.get_context(context).get_start_method()
+            return method == "fork"
+        frame = frame.f_back
+    return False
+
+
 def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
+    if env_id in GL_BACKENDS and forking_async_vector_env(frame):
+        raise ValueError(
+            f"gym.make_vec({env_id!r}, vectorization_mode='async') forks its workers after building an env here, "
+            "and an OpenGL (EGL) context does not survive fork: they would hang. Use gym.make_vec(id, num_envs=N) "
+            "(fastenv's own vector env, the default mode: workers, shared memory, chunks), or keep Gymnasium's "
+            "AsyncVectorEnv with vector_kwargs={'context': 'spawn'} (and the main guard, "
+            "if __name__ == '__main__':); vectorization_mode='sync' runs the envs in this process"
+        )
     make_env = importlib.import_module(BACKENDS[env_id]).make_env
     limit = gym_make_time_limit(frame)
     if limit is not None:

@@ -28,3 +28,27 @@ def configure_mujoco_gl() -> str:
     if chosen in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", chosen)
     return chosen
+
+
+# The process that made an OpenGL context (built a LIBERO env). A child forked from it inherits
+# this value and a copy of the driver's state, which deadlocks at the child's first context (EGL
+# and OSMesa hold locks of threads that fork does not copy); a spawned child starts with None.
+_context_process: int | None = None
+
+
+def note_gl_context() -> None:
+    """Record that this process now holds an OpenGL context."""
+    global _context_process
+    _context_process = os.getpid()
+
+
+def check_not_forked_after_gl(what: str) -> None:
+    """Refuse at once, rather than hang, to build ``what`` in a child forked after an OpenGL context."""
+    if _context_process is not None and _context_process != os.getpid():
+        raise RuntimeError(
+            f"{what}: this process was forked from one that had built a LIBERO env, and an OpenGL (EGL) "
+            "context does not survive fork: building one here would hang. Gymnasium's AsyncVectorEnv forks "
+            "by default (it builds one env in the main process first). Use gym.make_vec(id, num_envs=N) "
+            "(fastenv's own vector env, the default mode), or vectorization_mode='async' with "
+            "vector_kwargs={'context': 'spawn'}"
+        )

@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fastenv._validation import check_positive_int
+from fastenv.backends._gl import check_not_forked_after_gl, note_gl_context
 from fastenv.backends.base import Info, ObsType, check_known_keys
 from fastenv.backends.libero import contacts
 from fastenv.backends.libero.control import _ControlLoop
@@ -185,6 +186,7 @@ class LiberoAdapter:
 
     # -- building -------------------------------------------------------------------------------
     def _build(self, config: RenderConfig) -> None:
+        check_not_forked_after_gl("a LIBERO env")
         lib = _libero()
         if self._env is not None:
             _make_gl_current(self._raw)
@@ -215,6 +217,7 @@ class LiberoAdapter:
         )
 
     def _adopt_built_env(self) -> None:
+        note_gl_context()
         raw = self._raw
         if not hasattr(self, "_built"):
             self._built = RenderConfig(
