@@ -527,7 +527,9 @@ def test_chunks_after_an_in_place_reset_equal_a_fresh_stock_env(suite, task_id, 
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"suite": "libero_11"}, ValueError, r"unknown LIBERO suite 'libero_11'; available suites: \[.*'libero_10'"),
+        ({"suite": "libero_11"}, ValueError, r"unknown LIBERO suite 'libero_11'; did you mean 'libero_10'\? available suites: \[.*'libero_10'"),
+        ({"suite": "libero10"}, ValueError, r"unknown LIBERO suite 'libero10'; did you mean 'libero_10'\?"),
+        ({"suite": "LIBERO_GOAL"}, ValueError, r"did you mean 'libero_goal'\?"),
         ({"task_id": 10}, ValueError, r"task_id must be in \[0, 10\) for suite 'libero_10', got 10"),
         ({"task_id": -1}, ValueError, r"task_id must be in \[0, 10\)"),
         ({"chunk": 0}, ValueError, "chunk must be an integer >= 1, got 0"),

@@ -23,7 +23,7 @@ The controller's LAPACK calls (an inverse and three pseudo-inverses by SVD per p
 robosuite's ``opspace_matrices``) are most of what a compiled step costs beyond MuJoCo's own.
 
 The compiled functions (``_kernels.py``) take the C functions' addresses as arguments, so numba
-caches them on disk: the first process on a machine compiles them (a few seconds), later ones load
+caches them on disk: the first process on a machine compiles them (15-25 s, said on stderr), later ones load
 them.
 
 Before an env uses them, ``_ControlLoop`` evaluates the controller, and ``PolicyStep`` the policy
@@ -34,16 +34,56 @@ The tests compare whole trajectories with the Python loop and with robosuite's o
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
+import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, FULLM_WITH_INERTIA, facts, mapped_libraries, mujoco_library, step_aside
+from fastenv.backends.libero.mujoco_facts import (
+    FULLM_WITH_DATA,
+    FULLM_WITH_INERTIA,
+    facts,
+    mapped_libraries,
+    mujoco_library,
+    step_aside,
+)
 
 _KERNEL: Any = None  # None: not built yet; False: unavailable in this process
+
+
+# A first call that takes longer than this is compiling (numba's cache was empty): say so once.
+NOTICE_AFTER_S = 2.0
+_noticed = False
+
+
+@contextlib.contextmanager
+def compiling_notice() -> Iterator[None]:
+    """Inside: a first call of a compiled function; one stderr line if it is still compiling after
+    ``NOTICE_AFTER_S`` (once per process), so a first step that waits is not taken for a hang."""
+
+    def notice() -> None:
+        global _noticed
+        if not _noticed:
+            _noticed = True
+            print(
+                "fastenv: compiling LIBERO's control loop with numba (once per machine, typically 15-25 s; "
+                "later processes load it from numba's cache)...",
+                file=sys.stderr, flush=True,
+            )
+
+    timer = threading.Timer(NOTICE_AFTER_S, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 class Kernel:
@@ -51,24 +91,34 @@ class Kernel:
 
     def __init__(self, kernels: Any, mj: tuple[Any, ...], blas: tuple[Any, ...]) -> None:
         self._kernels, self._functions = kernels, (mj, blas)
+        self._called: set[str] = set()  # functions called once already (compiled or loaded)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        function = getattr(self._kernels, name)
+        if name in self._called:
+            return function(*self._functions, *args)
+        with compiling_notice():
+            out = function(*self._functions, *args)
+        self._called.add(name)
+        return out
 
     def control(self, *args: Any) -> np.ndarray:
-        return self._kernels.control(*self._functions, *args)
+        return self._call("control", *args)
 
     def update(self, *args: Any) -> None:
-        self._kernels.update(*self._functions, *args)
+        self._call("update", *args)
 
     def physics_steps(self, *args: Any) -> None:
-        self._kernels.physics_steps(*self._functions, *args)
+        self._call("physics_steps", *args)
 
     def policy_step(self, *args: Any) -> None:
-        self._kernels.policy_step(*self._functions, *args)
+        self._call("policy_step", *args)
 
     def begin_step(self, *args: Any) -> bool:
-        return self._kernels.begin_step(*self._functions, *args)
+        return self._call("begin_step", *args)
 
     def env_step(self, *args: Any) -> None:
-        self._kernels.env_step(*self._functions, *args)
+        self._call("env_step", *args)
 
 
 def kernel() -> Kernel | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -76,7 +78,9 @@ class LiberoTask:
         lib = _libero()
         suites = lib.benchmark.get_benchmark_dict()
         if suite not in suites:
-            raise ValueError(f"unknown LIBERO suite {suite!r}; available suites: {sorted(suites)}")
+            close = difflib.get_close_matches(str(suite).lower(), list(suites), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}available suites: {sorted(suites)}")
         bench = suites[suite]()
         if isinstance(task_id, bool) or not isinstance(task_id, (int, np.integer)):
             raise TypeError(f"task_id must be an integer, got {task_id!r}")
