@@ -15,12 +15,19 @@ from helpers import skip_unless_script_imports
 
 SCRIPT = os.environ.get("CLEANRL_PPO_SCRIPT")
 ENV_STATEMENT = re.compile(r"^(?P<indent>[ \t]*)envs = gym\.vector\.SyncVectorEnv\(\n.*?^(?P=indent)\)\n", re.M | re.S)
-# The documented statement (CleanRL's wrappers as vector wrappers), plus short episodes so some
-# end within the tiny budget.
-REPLACEMENT = (
-    "{indent}import fastenv.integrations.cleanrl\n"
-    "{indent}envs = fastenv.integrations.cleanrl.make_vec(args.num_envs, gamma=args.gamma, max_episode_steps=32)\n"
-)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_lines() -> list[str]:
+    """The lines the README says to paste into CleanRL's script, as typed there."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"tests/test_cleanrl\.py pastes them -->\n```python\n(?P<body>.*?)```", text, re.S)
+    assert block is not None, "the README's CleanRL lines were not found"
+    return block.group("body").strip().splitlines()
+
+
+# The README's lines, plus short episodes so some end within the tiny budget.
+REPLACEMENT = "".join("{indent}" + line + "\n" for line in readme_lines()).replace("gamma=args.gamma)", "gamma=args.gamma, max_episode_steps=32)")
 
 
 def patched(source: str) -> str:
@@ -29,6 +36,12 @@ def patched(source: str) -> str:
     if count != 1:
         raise AssertionError(f"expected one `envs = gym.vector.SyncVectorEnv(...)` statement, found {count}")
     return new
+
+
+def test_the_readme_lines_import_what_they_use():
+    lines = readme_lines()
+    assert lines[0] == "import fastenv.integrations.cleanrl"
+    assert lines[1].startswith("envs = fastenv.integrations.cleanrl.make_vec(args.num_envs, args.env_id,")
 
 
 def test_patch_changes_exactly_one_statement():
@@ -46,11 +59,12 @@ def test_cleanrl_ppo_continuous_action_runs_on_libero(tmp_path):
     skip_unless_script_imports(source, "cleanrl")  # tyro, tensorboard, ...: what the script imports
     script = tmp_path / "ppo_continuous_action.py"
     script.write_text(source)
-    args = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--no-cuda"]
+    args = ["--env-id", "fastenv/Libero-v0", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--no-cuda"]
     out = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("SPS:") == 2  # two PPO iterations of 2 envs x 16 chunks
     assert "episodic_return=" in out.stdout  # 32-step episodes in chunks of 8 ended and were logged
+    assert list((tmp_path / "runs" / "fastenv").glob("Libero-v0__*"))  # the run is named after the env id
 
 
 def _pendulum(gamma):
