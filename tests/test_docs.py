@@ -151,9 +151,10 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
     env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
     stack = next((venv for module, venv in STACK_SNIPPETS.items() if module in snippet.code), None)
     if stack is not None:  # a framework's own pins: its snippet runs in its stack's virtual environment
+        from conftest import ROOT as STACKS_ROOT
         from conftest import STACK_BUILDS
 
-        build = STACK_BUILDS.get(str(ROOT / stack))
+        build = STACK_BUILDS.get(os.path.join(STACKS_ROOT, stack))
         if build is not None:  # CI builds RLinf's stack in the background from the session's start
             assert build[0].wait(timeout=1200) == 0, Path(build[1]).read_text()[-3000:]
         python = str(ROOT / stack / "bin" / "python")
