@@ -167,7 +167,7 @@ def compare_case(case: str, *, num_envs: int = 2, chunk: int = 5, chunks: int = 
         try:
             traces.append(drive(env, case, chunk=chunk, chunks=chunks, action_seed=action_seed, fastenv=name == "fastenv"))
         finally:
-            (env.close() if name == "fastenv" else env.env.close())
+            env.env.close()  # RLinf's vector env, or fastenv's in its place
         result.seconds[name] = time.perf_counter() - start
     _diff(result, *traces)
     return result
@@ -187,6 +187,7 @@ def replay_worker(worker_cls: type, *, stages: int = 2, num_envs: int = 2, chunk
     import torch
     from omegaconf import OmegaConf
     from rlinf.envs import get_env_cls
+    from rlinf.envs.wrappers import RecordVideo
 
     env_cfg = {**BASE_CFG, "max_steps_per_rollout_epoch": chunk * chunks, "video_cfg": {
         "save_video": video_dir is not None, "info_on_video": False, "video_base_dir": video_dir or "video"}}
@@ -203,8 +204,9 @@ def replay_worker(worker_cls: type, *, stages: int = 2, num_envs: int = 2, chunk
     worker.use_external_reward_model, worker.train_enable_offload, worker.eval_enable_offload = False, False, False
     worker.last_obs_list, worker.last_intervened_info_list, worker.env_list, worker.eval_env_list = [], [], [], []
     worker.env_list = worker._setup_env_and_wrappers(get_env_cls("libero", cfg.env.train), cfg.env.train, num_envs)
+    envs = [env.env if isinstance(env, RecordVideo) else env for env in worker.env_list]  # the LIBERO envs themselves
     facts: dict[str, Any] = {}
-    facts["env classes"] = [f"{type(getattr(env, 'env', env)).__module__}.{type(getattr(env, 'env', env)).__name__}" for env in worker.env_list]
+    facts["env classes"] = [f"{type(env).__module__}.{type(env).__name__}" for env in envs]
     trace: list[tuple[str, Any]] = []
     try:
         worker._init_env()
@@ -227,11 +229,10 @@ def replay_worker(worker_cls: type, *, stages: int = 2, num_envs: int = 2, chunk
                 for future in getattr(env, "_save_futures", []):
                     future.result()
             facts["videos written"] = sorted(os.path.relpath(os.path.join(d, f), video_dir) for d, _, fs in os.walk(video_dir) for f in fs)
-        trace.extend(_leaves([getattr(env, "env", env).reset_state_ids for env in worker.env_list], "next_reset_state_ids"))
+        trace.extend(_leaves([env.reset_state_ids for env in envs], "next_reset_state_ids"))
     finally:
-        for env in worker.env_list:
-            inner = getattr(env, "env", env)
-            (inner.close() if hasattr(inner, "_init_env") and type(inner).__module__ == "fastenv.integrations.rlinf" else inner.env.close())
+        for env in envs:
+            env.env.close()  # RLinf's vector env, or fastenv's in its place
     return trace, facts
 
 
