@@ -34,4 +34,8 @@ case ",$extras," in
   # ManiSkill (SAPIEN) renders with Vulkan, even for state-only tasks.
   *,maniskill,*|*,test,*) bash scripts/vulkan.sh .venv/bin/python ;;
 esac
+case ",$extras," in
+  # numba's cache then holds LIBERO's control loop (else the first run compiles it in the background)
+  *,libero,*|*,libero-existing,*) .venv/bin/fastenv compile || echo "fastenv compile failed: the first run compiles it" >&2 ;;
+esac
 echo "fastenv installed in .venv with extras [$extras]"

@@ -8,18 +8,23 @@ import os
 import numpy as np
 import pytest
 
+# The tests check that the compiled control loop serves from an env's first steps: where numba's
+# cache is empty, each test process compiles it before its first step (tests/test_first_step.py
+# checks the default, a background compile).
+os.environ.setdefault("FASTENV_COMPILE", "inline")
+
 SMALL = 64  # camera side for tests: small, but every render still goes through MuJoCo + EGL
 
 
 def _libero_missing_reason() -> str | None:
     if importlib.util.find_spec("libero") is None:
-        return 'LIBERO is not installed (pip install "fastenv-rl[libero]")'
+        return 'LIBERO is not installed (pip install -e ".[libero]")'
     return None
 
 
 def _maniskill_missing_reason() -> str | None:
     if importlib.util.find_spec("mani_skill") is None:
-        return 'ManiSkill is not installed (pip install "fastenv-rl[maniskill]")'
+        return 'ManiSkill is not installed (pip install -e ".[maniskill]")'
     from fastenv.backends.maniskill import vulkan_unavailable_reason
 
     return vulkan_unavailable_reason()

@@ -139,4 +139,14 @@ def skip_unless_script_imports(source, extra):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
     for name in sorted(names):
-        pytest.importorskip(name, reason=f"the script imports {name}: pip install 'fastenv-rl[{extra}]'")
+        pytest.importorskip(name, reason=f"the script imports {name}: pip install -e '.[{extra}]'")
+
+
+def commit_seed() -> int:
+    """A seed that changes with the commit (``fastenv.conformance.sample_seed``: the commit, or
+    ``FASTENV_CONFORM_SEED``), as an integer for Hypothesis."""
+    import hashlib
+
+    from fastenv.conformance import sample_seed
+
+    return int(hashlib.sha256(sample_seed().encode()).hexdigest(), 16) % (2**32)

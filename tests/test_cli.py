@@ -29,7 +29,7 @@ def test_the_default_run_is_about_ten_minutes_on_the_reference_machine_and_full_
 
 @pytest.mark.libero
 def test_bench_quick_writes_table_json_and_chart(tmp_path):
-    pytest.importorskip("torch", reason='fastenv bench needs pip install "fastenv-rl[bench]"')
+    pytest.importorskip("torch", reason='fastenv bench needs pip install -e ".[bench]"')
     out = subprocess.run(
         [sys.executable, "-m", "fastenv.cli", "bench", "--quick", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=900,

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv-rl[maniskill]")')
-pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv-rl[maniskill]")')
+pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
+pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
 
 from fastenv.conformance import Case, run_cases, sample, sample_seed  # noqa: E402
 from fastenv.conformance import maniskill as conform  # noqa: E402

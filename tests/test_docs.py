@@ -145,7 +145,7 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
     missing = missing_optional(snippet.code)
     if missing:
         extras = sorted({OPTIONAL[name] for name in missing})
-        pytest.skip(f"{where} needs {', '.join(missing)} (pip install \"fastenv-rl[{','.join(extras)}]\")")
+        pytest.skip(f"{where} needs {', '.join(missing)} (pip install -e \".[{','.join(extras)}]\")")
 
     python = sys.executable
     env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
@@ -185,24 +185,84 @@ def test_snippets_found() -> None:
     print("skipped snippets:", *skipped or ["none"], sep="\n  ")
 
 
-def test_mkdocs_build_strict(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site ``mkdocs build --strict`` writes (built once for this module's tests)."""
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
         if importlib.util.find_spec(module.split(".")[0]) is None or (
             "." in module and importlib.util.find_spec(module) is None
         ):
-            reason = f'{module} is not installed (pip install "fastenv-rl[docs]")'
+            reason = f'{module} is not installed (pip install -e ".[docs]")'
             if os.environ.get("CI"):
                 pytest.fail(reason)
             pytest.skip(reason)
+    site_dir = tmp_path_factory.mktemp("mkdocs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(tmp_path / "site")],
+         "--site-dir", str(site_dir)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
     )
     if result.returncode != 0:
         pytest.fail(f"mkdocs build --strict failed\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}", pytrace=False)
-    assert (tmp_path / "site" / "index.html").exists()
+    return site_dir
+
+
+def test_mkdocs_build_strict(site: Path) -> None:
+    assert (site / "index.html").exists()
+
+
+PRE = re.compile(r"<pre[^>]*>(.*?)</pre>", re.DOTALL)
+
+
+def _text(fragment: str) -> str:
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def test_api_examples_render_as_code(site: Path) -> None:
+    """Each docstring's ``>>>`` example is a code block of the API reference, not nested block quotes.
+
+    Markdown reads ``>>> x`` as three nested block quotes around ``x``; the examples must be a
+    Google-style ``Examples:`` section (Griffe reads a singular ``Example:`` as an admonition),
+    which mkdocstrings renders as Python console code.
+    """
+    import importlib
+    import inspect
+
+    from gymnasium.error import DependencyNotInstalled
+
+    nested = {}
+    for page in sorted(site.rglob("*.html")):
+        count = len(re.findall(r"<blockquote>\s*<blockquote>", page.read_text()))
+        if count:
+            nested[page.relative_to(site).as_posix()] = count
+    assert not nested, f"pages with nested block quotes (a '>>>' example rendered as quotes): {nested}"
+
+    checked = 0
+    for path in sorted(DOCS.rglob("*.md")):
+        names = re.findall(r"^::: (\S+)", path.read_text(), re.MULTILINE)
+        if not names:
+            continue
+        page = site / path.relative_to(DOCS).with_suffix("")
+        html_page = page / "index.html" if page.name != "index" else page.with_suffix(".html")
+        text = html_page.read_text()
+        code = "\n".join(_text(block) for block in PRE.findall(text))
+        outside = _text(PRE.sub("", text))
+        for name in names:
+            module, _, attr = name.rpartition(".")
+            try:
+                obj = getattr(importlib.import_module(module), attr, None) or importlib.import_module(name)
+            except (ImportError, DependencyNotInstalled):  # an optional library it needs is missing
+                continue  # (its page is still checked for nested block quotes above)
+            for line in (inspect.getdoc(obj) or "").splitlines():
+                if line.strip().startswith(">>> "):
+                    statement = line.strip()[4:]
+                    assert f">>> {statement}" in code, f"{name}'s example is not a code block of {html_page.name}: {statement}"
+                    assert statement not in outside, f"{name}'s example also appears as text: {statement}"
+                    checked += 1
+    assert checked >= 10, f"only {checked} examples found in the API reference"
 
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?(?P<target>[^)\s>]+)>?(?:\s+[\"'][^\"']*[\"'])?\s*\)")

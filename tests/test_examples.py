@@ -36,6 +36,6 @@ def test_make_vec_stages():
 
 
 def test_sb3_ppo_libero():
-    pytest.importorskip("stable_baselines3", reason='needs pip install "fastenv-rl[sb3]"')
+    pytest.importorskip("stable_baselines3", reason='needs pip install -e ".[sb3]"')
     out = run("sb3_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "48")
     assert "trained 64 chunks" in out

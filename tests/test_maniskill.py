@@ -7,7 +7,7 @@ tests/test_maniskill_cpu.py.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv-rl[maniskill]")')
+torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
 
 from fake_maniskill import FakeManiSkillEnv  # noqa: E402
 
@@ -434,7 +434,7 @@ def test_flatten_rgbd_on_the_batched_path_is_maniskills_flattening():
     # final observations included.
     from types import SimpleNamespace
 
-    pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv-rl[maniskill]")')
+    pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
     from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper as Stock
 
     from fastenv.integrations.maniskill import FlattenRGBDObservationWrapper

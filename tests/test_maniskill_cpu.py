@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import maniskill_patches as mp
 import numpy as np
 import pytest
 from helpers import skip_unless_script_imports
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv-rl[maniskill]")')
-pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv-rl[maniskill]")')
+torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
+pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
 
 import fastenv  # noqa: E402
 from fastenv.backends import maniskill as ms  # noqa: E402
@@ -534,37 +535,8 @@ def test_the_flatten_wrappers_refuse_what_they_cannot_flatten():
 
 MANISKILL_PPO = os.environ.get("MANISKILL_PPO_SCRIPT")
 MANISKILL_PPO_RGB = os.environ.get("MANISKILL_PPO_RGB_SCRIPT")
-README = Path(__file__).resolve().parents[1] / "README.md"
-DOCS = README.parent / "docs" / "backends" / "maniskill.md"
-
-
-def patch_block(path: Path, script: str = "ppo.py") -> str:
-    text = path.read_text()
-    start = text.index(f"<!-- patch: ManiSkill's examples/baselines/ppo/{script} -->")
-    return text[start:].split("```diff\n", 1)[1].split("```", 1)[0]
-
-
-def readme_patch(path: Path = README, script: str = "ppo.py") -> list[tuple[str, str]]:
-    """A documented patch of one of ManiSkill's PPO scripts: (lines removed, lines added) per hunk."""
-    block = patch_block(path, script)
-    hunks: list[tuple[list[str], list[str]]] = []
-    for line in block.splitlines():
-        if line.startswith("@@"):
-            continue
-        sign, body = line[0], line[1:]
-        if sign == "-" and (not hunks or hunks[-1][1]):
-            hunks.append(([], []))
-        hunks[-1][0 if sign == "-" else 1].append(body)
-    return [("\n".join(old) + "\n", "\n".join(new) + "\n") for old, new in hunks]
-
-
-def patched_ppo(source: str, path: Path = README, script: str = "ppo.py") -> str:
-    """ManiSkill's PPO script with the documented patch applied (each hunk must match exactly once)."""
-    for old, new in readme_patch(path, script):
-        if source.count(old) != 1:
-            raise AssertionError(f"the documented patch expects these lines once in {script}, found {source.count(old)}:\n{old}")
-        source = source.replace(old, new)
-    return source
+README, DOCS = mp.README, mp.DOCS
+patch_block, readme_patch, patched_ppo = mp.patch_block, mp.readme_patch, mp.patched_ppo
 
 
 def test_the_readme_patch_changes_only_the_imports_and_gym_make():
@@ -627,9 +599,12 @@ def test_the_docs_ppo_rgb_patch_changes_only_the_imports_and_gym_make():
     hunks = readme_patch(DOCS, "ppo_rgb.py")
     assert len(hunks) == 2
     (imports_old, imports_new), (make_old, make_new) = hunks
-    assert imports_old.count("from mani_skill.") == 3 and imports_new.count("\n") == 1
+    _, _, (imports, _) = mp.parse_unified_diff(patch_block(DOCS, "ppo_rgb.py"))
+    assert [line.split(" import")[0] for line in imports.removed] == [
+        "from mani_skill.utils.wrappers.flatten", "from mani_skill.utils.wrappers.record", "from mani_skill.vector.wrappers.gymnasium"]
+    assert len(imports.added) == 1
     for name in ("FlattenActionSpaceWrapper", "FlattenRGBDObservationWrapper", "ManiSkillVectorEnv", "RecordEpisode", "make"):
-        assert name in imports_new and imports_new.startswith("from fastenv.integrations.maniskill import")
+        assert name in imports_new and imports.added[0].startswith("from fastenv.integrations.maniskill import")
     assert make_old.count("gym.make(") == 2 and make_old.replace("gym.make(", "make(") == make_new
     source = "import x\n" + imports_old + "y = 1\n" + make_old + "go()\n"
     assert patched_ppo(source, DOCS, "ppo_rgb.py") == "import x\n" + imports_new + "y = 1\n" + make_new + "go()\n"

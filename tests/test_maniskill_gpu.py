@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install "fastenv-rl[maniskill]")')
-pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install "fastenv-rl[maniskill]")')
+torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
+pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
 
 pytestmark = pytest.mark.maniskill
 

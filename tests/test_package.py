@@ -32,7 +32,7 @@ def test_missing_simulator_names_the_extra(monkeypatch):
 
     for name in ("libero", "libero.libero"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(DependencyNotInstalled, match=r'pip install "fastenv-rl\[libero\]"'):
+    with pytest.raises(DependencyNotInstalled, match=r'-m pip install -e ".*\[libero\]"'):
         libero.LiberoTask.load("libero_10", 0)
 
 

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "fastenv-rl[ray]")')
+ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
 
 from fakes import ActionRecorderEnv, GateEnv, NoisyEnv, RandomLengthEnv  # noqa: E402
 from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402

@@ -4,7 +4,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install "fastenv-rl[sb3]")')
+pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
 
 from fakes import RandomLengthEnv  # noqa: E402
 from helpers import assert_same  # noqa: E402

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install "fastenv-rl[sb3]")')
+pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
 
 import torch as th  # noqa: E402
 from fakes import CountdownEnv, DictCountdownEnv, RandomLengthEnv  # noqa: E402

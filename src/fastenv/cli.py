@@ -1,6 +1,8 @@
 """The ``fastenv`` command: ``fastenv bench`` runs the ablation on LIBERO (the main job);
 ``fastenv tune`` finds the fastest layout for an env and a policy; ``fastenv conform`` checks
-fastenv against the stock simulator over its task space."""
+fastenv against the stock simulator over its task space; ``fastenv compile`` compiles LIBERO's
+control loop into numba's cache; ``fastenv vulkan-env`` prints the Vulkan driver line for ManiSkill's
+own tools (``eval "$(fastenv vulkan-env)"``)."""
 
 from __future__ import annotations
 
@@ -234,6 +236,47 @@ def _run_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     print(f"\nwrote {args.out}; use it with {use}")
 
 
+def _compile_parser(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser(
+        "compile",
+        help="compile LIBERO's control loop into numba's cache now (else the first process does it in the background)",
+        description="Compile LIBERO's control loop with numba into numba's cache, in the foreground (15-25 s, once per "
+        "machine). Without it, the first process whose envs need it compiles it in a background process while the "
+        "Python loop, the same arithmetic, steps the envs.",
+    )
+
+
+def _vulkan_env_parser(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser(
+        "vulkan-env",
+        help="print the shell line that points Vulkan at this environment's CPU driver, for tools run outside fastenv",
+        description="Print `export VK_ICD_FILENAMES=...`: the Vulkan driver `import fastenv` points SAPIEN at (the CPU "
+        "driver scripts/vulkan.sh put in this environment, or the one VK_ICD_FILENAMES/VK_DRIVER_FILES already "
+        "chose), for ManiSkill's own tools in the same shell: eval \"$(fastenv vulkan-env)\"; python -m "
+        "mani_skill.trajectory.replay_trajectory ... Prints nothing (and says why on stderr) where there is none "
+        "to point at: a machine with a GPU's driver needs no line.",
+    )
+
+
+def _run_vulkan_env() -> int:
+    import os
+    import shlex
+
+    from fastenv.backends._vulkan import configure_vulkan
+
+    chosen = os.environ.get("VK_DRIVER_FILES") if os.environ.get("VK_DRIVER_FILES") and not os.environ.get("VK_ICD_FILENAMES") else None
+    icd = configure_vulkan()
+    if icd is None:
+        print(
+            "fastenv vulkan-env: no CPU Vulkan driver in this environment and none chosen: Vulkan's loader finds the "
+            "system's drivers by itself (bash scripts/vulkan.sh installs Mesa's CPU driver on a machine without one)",
+            file=sys.stderr,
+        )
+        return 0
+    print(f"export {'VK_DRIVER_FILES' if chosen else 'VK_ICD_FILENAMES'}={shlex.quote(icd)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from fastenv import __version__
 
@@ -243,7 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     _bench_parser(sub)
     _tune_parser(sub)
     _conform_parser(sub)
+    _compile_parser(sub)
+    _vulkan_env_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "vulkan-env":
+        return _run_vulkan_env()
+    if args.command == "compile":
+        from fastenv.backends.libero._warm import main as compile_main
+
+        return compile_main()
     if args.command == "conform":
         return _run_conform(parser, args, sys.argv[1:] if argv is None else list(argv))
     if args.command == "tune":

@@ -39,7 +39,7 @@ def _cgroup_quota(root: Path = CGROUP_ROOT) -> float | None:
 def available_cpus(root: Path = CGROUP_ROOT) -> int:
     """CPUs this process may use: its affinity, capped by a cgroup CPU quota (rounded up), at least 1.
 
-    Example:
+    Examples:
         >>> available_cpus() <= (os.cpu_count() or 1)
         True
     """

@@ -1,6 +1,6 @@
 """A small CNN + MLP actor-critic over a camera image and proprioception, emitting action chunks.
 
-Used by ``fastenv bench`` and the examples. Needs torch (``pip install "fastenv-rl[torch]"``).
+Used by ``fastenv bench`` and the examples. Needs torch (``pip install -e ".[torch]"``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class ChunkPolicy(nn.Module):
         chunk: K, actions per chunk.
         action_dim: size of one action.
 
-    Example:
+    Examples:
         >>> policy = ChunkPolicy((128, 128, 3), 39, chunk=8, action_dim=7)
     """
 

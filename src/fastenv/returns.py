@@ -81,7 +81,9 @@ def _backend(backend: str) -> str:
     if backend == "numba" and _numba() is None:
         from gymnasium.error import DependencyNotInstalled
 
-        raise DependencyNotInstalled('numba is not installed: pip install "fastenv-rl[numba]"')
+        from fastenv._deps import install_command
+
+        raise DependencyNotInstalled(f"numba is not installed: {install_command('numba')}")
     return backend
 
 
@@ -167,7 +169,7 @@ def gae(
             leave them out of the loss too.
         backend: "auto", "numpy" or "numba".
 
-    Example:
+    Examples:
         >>> adv, ret = gae(r, v, term, trunc, v_last, final_values=v_final, gamma=0.99, lam=0.95)
     """
     rewards, values, following, continues, discounts, valid = _inputs(
@@ -208,7 +210,7 @@ def n_step_returns(
     when terminated), at the rollout's end (bootstrapping from ``next_values``), and before a
     transition that did not happen (``valid``; bootstrapping from the value of its observation).
 
-    Example:
+    Examples:
         >>> ret = n_step_returns(r, v, term, trunc, v_last, n=5, final_values=v_final)
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:

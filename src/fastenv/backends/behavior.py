@@ -99,7 +99,7 @@ def omnigibson_settings(settings: BehaviorSettings) -> dict[str, Any]:
 
     Pure: it imports nothing from OmniGibson.
 
-    Example:
+    Examples:
         >>> omnigibson_settings(BehaviorSettings(task="turning_on_radio"))["macros"]["HEADLESS"]
         True
     """
@@ -378,7 +378,7 @@ def exact_steps(dt: float, n: int) -> tuple[float, float]:
     """(physics_dt, step_dt): a physics step nearest ``dt`` and ``step_dt = n * physics_dt``
     such that ``step_dt / physics_dt`` is exactly ``n`` in floating point.
 
-    Example:
+    Examples:
         >>> physics_dt, step_dt = exact_steps(1 / 60 / 7, 4)
         >>> step_dt / physics_dt
         4.0
@@ -430,7 +430,7 @@ def make_env(
     With ``pipeline_stages > 1`` or ``num_envs``, the envs run in fastenv's vector env (one
     env per stage by default) and are returned batched as one env.
 
-    Example:
+    Examples:
         >>> env = gym.make("fastenv/Behavior-v0", task="turning_on_radio", chunk=32, pipeline_stages=2)
     """
     if importlib.util.find_spec("omnigibson") is None:  # before any worker is spawned

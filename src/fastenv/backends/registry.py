@@ -47,7 +47,7 @@ def qualified_name(cls: type) -> str:
 def register_backend(name: str, types: Sequence[type | str], adopt: str | Callable[..., Any]) -> None:
     """Make ``fastenv.wrap`` adopt envs of ``types`` with ``adopt(env, **options)`` (checked before the built-in ones).
 
-    Example:
+    Examples:
         >>> register_backend("mysim", [MySimEnv], lambda env, **options: SimEnv(MySimAdapter(env)))
     """
     if isinstance(types, (str, type)):

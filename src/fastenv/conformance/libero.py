@@ -72,13 +72,15 @@ DEFAULT_MODE = (("hard_reset", False), ("fast_substep", True), ("chunk", 4))
 def tasks(suites: Sequence[str] | None = None) -> list[str]:
     """Every task of ``suites`` (default: all five) as "suite/id"."""
     from fastenv.backends.libero import _libero
+    from fastenv.backends.libero.task import _without_task_order_line
 
     suites_by_name = _libero().benchmark.get_benchmark_dict()
     out = []
     for suite in suites or SUITES:
         if suite not in suites_by_name:
             raise ValueError(f"unknown LIBERO suite {suite!r}; available: {sorted(suites_by_name)}")
-        out += [f"{suite}/{i}" for i in range(suites_by_name[suite]().n_tasks)]
+        with _without_task_order_line():
+            out += [f"{suite}/{i}" for i in range(suites_by_name[suite]().n_tasks)]
     return out
 
 

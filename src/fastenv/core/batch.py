@@ -157,7 +157,7 @@ class EnvRow:
 class EnvBatch:
     """Gymnasium envs stepped one by one, as a ``BatchSimulator`` (observations and infos as lists).
 
-    Example:
+    Examples:
         >>> batch = EnvBatch([gym.make("CartPole-v1") for _ in range(4)])
     """
 

@@ -23,7 +23,7 @@ class SimEnv(gym.Env):
     Which keys the simulator produces is the union of what the wrappers above ask for
     (``request_modalities``), so two wrappers over one env never take keys from each other.
 
-    Example:
+    Examples:
         >>> env = SimEnv(GymAdapter(gym.make("CartPole-v1")))
     """
 

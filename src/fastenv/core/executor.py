@@ -145,7 +145,7 @@ class Executor:
             undiscounted return, the length in simulator steps and the wall time, counted over
             sub-steps.
 
-    Example:
+    Examples:
         >>> result = Executor(EnvBatch(envs), chunk=8, autoreset=True).step(np.arange(4), actions)
     """
 

@@ -60,7 +60,7 @@ def with_legacy_final_keys(infos: dict[str, Any]) -> dict[str, Any]:
 def final_observations(infos: Mapping[str, Any]) -> tuple[np.ndarray, list[Any]]:
     """(env indices, final observations) of the envs whose episode ended in this step.
 
-    Example:
+    Examples:
         >>> ids, finals = final_observations(infos)   # bootstrap V(final_obs) for these envs
     """
     if "final_obs" not in infos:

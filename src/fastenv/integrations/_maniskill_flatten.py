@@ -77,7 +77,7 @@ class FlattenRGBDObservationWrapper(VectorWrapper):
     same for each final observation in the infos. As ManiSkill's, rgb and depth are dropped when
     the cameras do not capture them.
 
-    Example:
+    Examples:
         >>> envs = FlattenRGBDObservationWrapper(make("PickCube-v1", num_envs=4, obs_mode="rgb"), rgb=True, depth=False, state=True)
     """
 
@@ -131,7 +131,7 @@ class FlattenActionSpaceWrapper(VectorWrapper):
     A flat action (N, sum of the agents' sizes) is split into the agents' actions in the Dict
     space's order, as ManiSkill's wrapper splits it.
 
-    Example:
+    Examples:
         >>> envs = FlattenActionSpaceWrapper(make("TwoRobotStackCube-v1", num_envs=2, obs_mode="state"))
     """
 

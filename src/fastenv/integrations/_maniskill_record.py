@@ -114,7 +114,7 @@ class RecordEpisode(VectorWrapper):
     recorded as the script sees them (for state-only obs modes ManiSkill's flat array).
     ``render_substeps`` is not supported.
 
-    Example:
+    Examples:
         >>> envs = RecordEpisode(make("PickCube-v1", num_envs=4, render_mode="rgb_array"), "videos", save_trajectory=False, max_steps_per_video=50)
     """
 

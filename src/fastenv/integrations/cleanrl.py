@@ -44,7 +44,7 @@ def ppo_continuous_wrappers(env: gym.Env, gamma: float) -> gym.Env:
     observation wrappers refuse a same-step autoreset vector env: they would leave the final
     observations untransformed.)
 
-    Example:
+    Examples:
         >>> env = ppo_continuous_wrappers(gym.make("fastenv/Libero-v0", **OPTIONS), gamma=0.99)
     """
     env = gym.wrappers.ClipAction(env)
@@ -71,7 +71,7 @@ def make_vec(
     (``ppo_continuous_wrappers``, inside fastenv's workers); without, bare. ``kwargs`` takes the
     env's options and the vector env's (``num_workers``, ``pipeline_stages``, ...).
 
-    Example:
+    Examples:
         >>> envs = make_vec(4, gamma=0.99, num_workers=2, chunk=8)
     """
     options = {**OPTIONS, **kwargs}

@@ -136,7 +136,7 @@ def _env_class() -> type:
     class LiberoEnv(libero.LiberoEnv):  # type: ignore[misc, name-defined]
         """LeRobot's ``LiberoEnv`` (same arguments, observations, infos and init-state schedule) on fastenv.
 
-        Example:
+        Examples:
             >>> env = LiberoEnv(task_suite=suite, task_id=3, task_suite_name="libero_goal", obs_type="pixels_agent_pos")
         """
 

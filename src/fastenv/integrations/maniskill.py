@@ -13,7 +13,7 @@ ManiSkill's own CPU simulation holds one, or the batched GPU env in place), the 
 ManiSkill's conventions, and the recordings are ManiSkill's files. ``make_vec`` does all of
 ``make`` and ``ManiSkillVectorEnv`` in one call.
 
-Importing this module needs ``pip install "fastenv-rl[maniskill]"``.
+Importing this module needs ``pip install -e ".[maniskill]"``.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class ManiSkillConventions(VectorEnv):
         device: where tensors go (default: CUDA when there is one, else the CPU).
         max_episode_steps: the episodes' time limit, for ``find_max_episode_steps_value``.
 
-    Example:
+    Examples:
         >>> envs = ManiSkillConventions(gym.make_vec("fastenv/ManiSkill-v0", num_envs=8, chunk=None), record_metrics=True)
     """
 
@@ -295,7 +295,7 @@ def make(env_id: str, num_envs: int = 1, **options: Any) -> VectorEnv:
     fastenv's CPU workers, and a warning says so once. Wrap the result in this module's
     ``RecordEpisode`` and ``ManiSkillVectorEnv``, as the script does with ManiSkill's.
 
-    Example:
+    Examples:
         >>> envs = ManiSkillVectorEnv(make("PickCube-v1", num_envs=8, num_workers=2), 8, record_metrics=True)
     """
     global _warned_cuda
@@ -333,7 +333,7 @@ class ManiSkillVectorEnv(ManiSkillConventions):
     """ManiSkill's ``ManiSkillVectorEnv(env, num_envs, auto_reset, ignore_terminations, record_metrics)``
     over an env from ``make`` (wrapped in ``RecordEpisode`` or not).
 
-    Example:
+    Examples:
         >>> envs = ManiSkillVectorEnv(make("PickCube-v1", num_envs=8), 8, ignore_terminations=True, record_metrics=True)
     """
 
@@ -381,7 +381,7 @@ def make_vec(
 
     ``options`` go to ``make`` (ManiSkill's env arguments, ``num_workers``, ...).
 
-    Example:
+    Examples:
         >>> envs = make_vec("PickCube-v1", 8, ignore_terminations=True, record_metrics=True, num_workers=2)
     """
     envs = make(env_id, num_envs, obs_mode=obs_mode, **options)

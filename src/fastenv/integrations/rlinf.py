@@ -276,7 +276,7 @@ def _env_class() -> type:
         One config key of its own, optional: ``fastenv: {num_workers: N}`` (default: one
         worker per CPU, at most one per env).
 
-        Example:
+        Examples:
             >>> env = LiberoEnv(cfg, num_envs=4, seed_offset=0, total_num_processes=1, worker_info=None)
             >>> obs, infos = env.reset()
             >>> obs_list, rewards, terminations, truncations, infos_list = env.chunk_step(actions)

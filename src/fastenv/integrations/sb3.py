@@ -17,7 +17,7 @@ adds the invented reward 0 to its running return once (its observation statistic
 new episode's first observation). This module's ``VecMonitor`` (``make_vec_env``'s) neither
 counts the invented step nor logs the episode it cut; SB3's own logs it, one step longer.
 
-Importing this module needs ``pip install "fastenv-rl[sb3]"``.
+Importing this module needs ``pip install -e ".[sb3]"``.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class SB3VecEnv(VecEnv):
     train with this module's ``RolloutBuffer``/``ReplayBuffer`` to leave it out. It warns once
     when such a transition goes to SB3's own buffers.
 
-    Example:
+    Examples:
         >>> venv = SB3VecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2))
     """
 
@@ -324,7 +324,7 @@ class RolloutBuffer(_RolloutRestarts, _sb3_buffers.RolloutBuffer):
     For a ``Dict`` observation space it builds this module's ``DictRolloutBuffer``, so one class
     serves every policy. Marks are read from the ``infos`` of SB3's collect_rollouts.
 
-    Example:
+    Examples:
         >>> model = PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)
     """
 
@@ -406,7 +406,7 @@ class ReplayBuffer(_ReplayRestarts, _sb3_buffers.ReplayBuffer):
     serves every policy. (It is a 1-step buffer: SB3 ignores an algorithm's ``n_steps`` with a
     custom buffer class.)
 
-    Example:
+    Examples:
         >>> model = SAC("MultiInputPolicy", venv, replay_buffer_class=ReplayBuffer)
     """
 
@@ -487,9 +487,11 @@ def make_vec_env(env_id: str, num_envs: int, *, monitor: bool = True, **kwargs: 
 
     Train on it with ``rollout_buffer_class=RolloutBuffer`` (PPO, A2C) or
     ``replay_buffer_class=ReplayBuffer`` (off-policy) so that transitions a worker restart
-    invented stay out of the training data.
+    invented stay out of the training data. The ``VecMonitor`` counts an episode's length in
+    steps of this VecEnv, as SB3 does: with ``chunk=K`` its ``ep_len_mean`` counts chunks
+    (multiply by K for simulator steps).
 
-    Example:
+    Examples:
         >>> venv = make_vec_env("fastenv/Libero-v0", 4, num_workers=2, chunk=8, camera_size=64)
         >>> model = PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)
     """

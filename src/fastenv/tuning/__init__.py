@@ -27,7 +27,7 @@ A concern per module: ``space`` (the layouts), ``model`` (their predicted throug
 The vector env runs plans and does not import this package: importing it installs ``plan_for``
 as the vector env's layout resolver, so ``PipelineVectorEnv(..., layout="auto")`` tunes first.
 
-Example:
+Examples:
     >>> plan = fastenv.tune(lambda: gym.make("CartPole-v1"), num_envs=8)
     >>> plan.save("plan.json")
     >>> envs = gym.make_vec("fastenv/Libero-v0", num_envs=8, layout="plan.json", chunk=8)

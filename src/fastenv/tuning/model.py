@@ -64,7 +64,7 @@ BOUNDS = {
 class CostModel:
     """Predicts the throughput of a layout from ``Costs`` (see the module's docstring).
 
-    Example:
+    Examples:
         >>> model = CostModel(Costs(step_wall=0.01, step_cpu=0.01, policy_wall=(0.005, 0.0), cpus=2))
         >>> model.predict(Candidate(2), num_envs=4).bound   # policy, then 2 envs per worker: no overlap
         'chain'

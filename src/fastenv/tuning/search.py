@@ -151,7 +151,7 @@ def tune(
     Returns:
         The ``Plan``: the best measured layout, its throughput, the default layout's, and why.
 
-    Example:
+    Examples:
         >>> plan = fastenv.tune(lambda: gym.make("CartPole-v1"), num_envs=8)
         >>> print(plan.summary())
     """
@@ -295,7 +295,7 @@ def plan_for(
     Either way the plan must be for ``len(env_fns)`` envs. The vector env calls this for any
     ``layout`` it is given (``fastenv.vector.pipeline.set_layout_resolver``).
 
-    Example:
+    Examples:
         >>> plan = plan_for([make_env] * 8, "plan.json")
         >>> envs = PipelineVectorEnv([make_env] * 8, layout=plan)
     """

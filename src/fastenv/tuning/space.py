@@ -54,7 +54,7 @@ def search_space(
     divisors of N/W up to ``max_stages``; dynamic batching: B in {N/4, N/2, 3N/4} (rounded, 1 to
     N-1) with each of ``timeouts``; threads per worker: 1, and (with 2 CPUs or more) max(2, cpus // W).
 
-    Example:
+    Examples:
         >>> len(search_space(4, 2))
         66
     """

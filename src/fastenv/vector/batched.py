@@ -14,7 +14,7 @@ class BatchedEnv(gym.Env):
     What ``gym.make(..., num_envs=N)`` returns, as ManiSkill does; the vector env underneath is
     ``vector_env`` (its stage API: ``send``/``recv``).
 
-    Example:
+    Examples:
         >>> env = gym.make("fastenv/Libero-v0", num_envs=4, pipeline_stages=2)
     """
 

@@ -37,7 +37,7 @@ def make_pipeline(make_env: Callable[..., gym.Env], num_envs: int, **kwargs: Any
     ``kwargs`` holds both the vector options (``num_workers``, ``pipeline_stages``, ...) and the
     env's own keyword arguments; each worker calls ``make_env`` itself.
 
-    Example:
+    Examples:
         >>> envs = make_pipeline(make_libero_env, 4, num_workers=2, chunk=8)
     """
     num_envs = check_positive_int("num_envs", num_envs)

@@ -17,7 +17,7 @@ class Layout:
     ``i % W``. So every stage is spread evenly over all workers: each worker steps N/(W*S) envs of
     every stage, and no stage waits on one worker's serial loop.
 
-    Example:
+    Examples:
         >>> Layout(8, 2, 2).stage_envs(1)
         array([4, 5, 6, 7])
     """

@@ -22,7 +22,7 @@ from fastenv import machine
 from fastenv._validation import batch_action_checker, check_positive_int
 from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.infos import add_info
-from fastenv.vector import profiling
+from fastenv.vector import profiling, shutdown
 from fastenv.vector import worker as w
 from fastenv.vector.devices import worker_environments
 from fastenv.vector.dispatch import (
@@ -95,7 +95,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             convention of Gymnasium < 1.0 and of CleanRL's scripts).
         context: multiprocessing start method ("spawn" or "forkserver"; never "fork").
         backend: "local" (worker processes on this machine) or "ray" (workers as Ray actors
-            across a cluster; pip install "fastenv-rl[ray]").
+            across a cluster; pip install -e ".[ray]").
         ray_options: with backend="ray": ``address`` (None starts or joins a local cluster),
             ``num_cpus``, ``num_gpus`` and ``resources`` per worker, ``placement_strategy``
             ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"), ``runtime_env``.
@@ -115,7 +115,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             ``CUDA_VISIBLE_DEVICES`` and ``MUJOCO_EGL_DEVICE_ID`` (local workers; with Ray, its
             ``num_gpus`` assigns GPUs).
 
-    Example:
+    Examples:
         >>> envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2, pipeline_stages=2)
     """
 
@@ -206,6 +206,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         self._all_ids = np.arange(self.num_envs)
         self._cache_groups()
         self.closed = False
+        shutdown.watch(self)  # SIGTERM and exit close the workers as Ctrl-C does
         try:
             descriptions = []
             with BuildProgress(self.num_envs, self.num_workers, enabled=progress) as building:
@@ -483,7 +484,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
     def start_profile(self) -> None:
         """Time where the rollout's wall time goes from now on (see ``profile_report``).
 
-        Example:
+        Examples:
             >>> envs = PipelineVectorEnv(fns, profile=True)   # or envs.start_profile()
             >>> ...                                           # the rollout
             >>> envs.profile_report()["physics"]
@@ -531,7 +532,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
     def apply(self, fn: Callable[..., Any], *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any) -> tuple[Any, ...]:
         """Run ``fn(env, *args, **kwargs)`` inside the workers on each env (or ``env_ids``).
 
-        Example:
+        Examples:
             >>> envs.apply(lambda env: type(env.unwrapped).__name__)
         """
         return self._call(env_ids, CloudpickleWrapper(fn), args, kwargs)

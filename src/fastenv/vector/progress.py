@@ -14,7 +14,7 @@ class BuildProgress:
     On a terminal the line updates in place (workers ready, seconds so far); elsewhere (a log) one
     line says the build started and one when it is done. A fast build prints nothing.
 
-    Example:
+    Examples:
         >>> with BuildProgress(num_envs=8, num_workers=2) as progress:
         ...     for worker in workers:
         ...         wait_for(worker)

@@ -58,7 +58,7 @@ class ActionChunk(gym.Wrapper):
             after each, as the stock env executes a chunk (the same transitions at the stock
             cost: the reference ``fastenv bench`` and the equality tests compare with).
 
-    Example:
+    Examples:
         >>> env = ActionChunk(env, chunk=8)   # action_space: Box(8, act_dim)
     """
 

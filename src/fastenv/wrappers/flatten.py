@@ -14,7 +14,7 @@ from fastenv._validation import check_real_array
 class FlattenModalities(gym.ObservationWrapper):
     """Concatenate the kept observation keys (in the Dict space's order) into one float32 Box.
 
-    Example:
+    Examples:
         >>> env = FlattenModalities(env)   # {"robot0_proprio-state": (39,), "object-state": (112,)} -> (151,)
     """
 
@@ -35,7 +35,7 @@ class FlattenModalities(gym.ObservationWrapper):
 class FlattenActionChunk(gym.ActionWrapper):
     """Accept a chunk of actions Box(K, d) as one flat vector Box(K * d).
 
-    Example:
+    Examples:
         >>> env = FlattenActionChunk(ActionChunk(env, chunk=8))   # action_space: Box(56,)
     """
 

@@ -49,7 +49,7 @@ class PruneModalities(gym.ObservationWrapper):
         ValueError: an unknown key (the message lists the available ones), or a space that is
             not a Dict (e.g. a ``FlattenModalities`` below: prune first, then flatten).
 
-    Example:
+    Examples:
         >>> env = PruneModalities(env, ["agentview_image", "robot0_proprio-state"])
     """
 

@@ -19,7 +19,7 @@ class HeadlessRender(gym.Wrapper):
         env: the env to strip.
         render_mode: "keep", None (no rendering at all) or "rgb_array" (frames from ``render()``).
 
-    Example:
+    Examples:
         >>> env = HeadlessRender(gym.make("CartPole-v1", render_mode="human"))   # render_mode "rgb_array"
     """
 

@@ -48,7 +48,7 @@ def wrap(
         episode_statistics: ``info["episode"]`` at each episode's end: undiscounted return and
             length in simulator steps.
 
-    Example:
+    Examples:
         >>> env = fastenv.wrap(gym.make("CartPole-v1"), chunk=4)
     """
     backend = find_backend(env)

@@ -24,6 +24,7 @@ from fastenv.backends.libero.adapter import (
     image_key,
     render_config_for,
 )
+from fastenv.backends.libero.compiled import compile_mode
 from fastenv.backends.libero.control import _ControlLoop  # noqa: F401  (re-exported)
 from fastenv.backends.libero.task import (
     DEFAULT_MAX_EPISODE_STEPS,
@@ -98,10 +99,11 @@ def make_env(
         num_envs: with a value, N envs in worker processes, returned batched as one env; the
             vector options (``num_workers``, ``pipeline_stages``, ...) may be passed too.
 
-    Example:
+    Examples:
         >>> env = gym.make("fastenv/Libero-v0", suite="libero_10", task_id=0, chunk=8)
     """
     _check_options(chunk=chunk, gamma=gamma, camera_size=camera_size, max_episode_steps=max_episode_steps, render_mode=render_mode, modalities=modalities)
+    compile_mode()  # FASTENV_COMPILE checked before anything is built
     if num_envs is not None or vector_options:
         single = dict(
             suite=suite, task_id=task_id, chunk=chunk, modalities=modalities, camera_size=camera_size,
@@ -170,7 +172,7 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> Any:
     ``kwargs`` are ``make_env``'s (suite, task_id, chunk, ...) and the vector options
     (num_workers, pipeline_stages, step_timeout, threads_per_worker, ...).
 
-    Example:
+    Examples:
         >>> envs = gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2, pipeline_stages=2, chunk=8)
     """
     unknown = sorted(set(kwargs) - set(VECTOR_OPTIONS) - _ENV_OPTIONS)

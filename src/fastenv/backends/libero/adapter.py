@@ -119,7 +119,7 @@ class LiberoAdapter:
     is the stock step's observation; each env draws its scenes from its own generator, and
     every seeded reset is a freshly built stock env's first (``scene``).
 
-    Example:
+    Examples:
         >>> adapter = LiberoAdapter(LiberoTask.load("libero_10", 0), keys=["robot0_proprio-state"])
     """
 

@@ -23,8 +23,12 @@ The controller's LAPACK calls (an inverse and three pseudo-inverses by SVD per p
 robosuite's ``opspace_matrices``) are most of what a compiled step costs beyond MuJoCo's own.
 
 The compiled functions (``_kernels.py``) take the C functions' addresses as arguments, so numba
-caches them on disk: the first process on a machine compiles them (15-25 s, said on stderr), later ones load
-them.
+caches them on disk: they are compiled once per machine (15-25 s), later processes load them.
+Where numba's cache does not hold them yet, a child process compiles them into it
+(``python -m fastenv.backends.libero._warm``; ``fastenv compile`` does the same in the
+foreground), and the Python loop, the same arithmetic bit for bit, serves until it is done, so a
+first step does not wait (``FASTENV_COMPILE``: ``background``, the default, or ``inline``: the
+first step compiles them and waits, saying so on stderr past 2 s).
 
 Before an env uses them, ``_ControlLoop`` evaluates the controller, and ``PolicyStep`` the policy
 step, both ways at the env's live state and compares the torques and everything they leave, bit
@@ -38,8 +42,10 @@ import contextlib
 import ctypes
 import glob
 import os
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,6 +90,124 @@ def compiling_notice() -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+# How the compiled functions get built where numba's cache does not hold them (FASTENV_COMPILE).
+COMPILE_MODES = ("background", "inline")
+KERNELS = ("control", "update", "physics_steps", "policy_step", "begin_step", "env_step")
+POLL_S = 0.25  # how often a process whose envs wait for the background compile looks again
+LOCK_NAME = "fastenv-compile.lock"  # in numba's cache folder: held by the compiling child
+_ready = False  # the compiled functions may be called (loaded from the cache, or compiled inline)
+_lock_path: str | None = None  # set while a background compile runs: its lock
+_next_poll = 0.0
+
+
+def compile_mode() -> str:
+    """``FASTENV_COMPILE``: ``background`` (default) or ``inline``; anything else is refused."""
+    mode = os.environ.get("FASTENV_COMPILE", "background")
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"FASTENV_COMPILE must be one of {COMPILE_MODES}, got {mode!r}")
+    return mode
+
+
+def cached(kernels: Any) -> bool | None:
+    """Whether numba's cache holds every compiled function for this source (None: unknown, where
+    numba's cache internals are not the ones read here)."""
+    try:
+        return all(bool(getattr(kernels, name)._cache._cache_file._load_index()) for name in KERNELS)
+    except Exception:
+        return None
+
+
+def ready() -> bool:
+    """Whether the compiled functions can be called now without compiling them in this process:
+    True where numba's cache holds them, where the mode is ``inline``, where they cannot be built
+    (``kernel()`` is then None), or once the background compile is done; False while it runs (the
+    caller steps with the Python loop). The first call where the cache is empty starts the
+    background compile, unless another process of this machine already runs it."""
+    global _ready, _lock_path, _next_poll
+    if _ready:
+        return True
+    built = kernel()
+    now = time.monotonic()
+    if _lock_path is None:
+        if built is None or compile_mode() == "inline" or cached(built._kernels) is not False:
+            _ready = True
+            return True
+        _lock_path = _start_background(built._kernels)
+        if _lock_path is None:  # could not start it: compile inline
+            _ready = True
+            return True
+        _next_poll = now + POLL_S
+        return False
+    if now < _next_poll:
+        return False
+    _next_poll = now + POLL_S
+    if _compiling(_lock_path):
+        return False
+    _ready = True
+    return True
+
+
+def wait_ready(timeout: float | None = None) -> bool:
+    """Wait for the background compile (if one runs); whether the compiled functions are ready."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not ready():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
+def _compiling(lock_path: str) -> bool:
+    """Whether a process holds the compile lock."""
+    import fcntl
+
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock taken here
+    return False
+
+
+def _start_background(kernels: Any) -> str | None:
+    """Start the child that compiles into numba's cache, holding the lock in numba's cache folder
+    (or find one running); the lock's path, or None where neither can be done."""
+    import fcntl
+
+    try:
+        folder = kernels.control._cache._cache_path
+        os.makedirs(folder, exist_ok=True)
+        lock_path = os.path.join(folder, LOCK_NAME)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except Exception:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return lock_path  # another process of this machine compiles them: wait for it
+        if cached(kernels):  # it finished just now
+            return None
+        with open(os.path.join(folder, "fastenv-compile.log"), "w") as log:
+            # the child inherits the locked descriptor: the lock is held until it exits
+            subprocess.Popen(
+                [sys.executable, "-m", "fastenv.backends.libero._warm"], pass_fds=(fd,), stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "FASTENV_COMPILE": "inline"}, close_fds=True,
+            )
+    except Exception:
+        return None
+    finally:
+        os.close(fd)
+    print(
+        "fastenv: compiling LIBERO's control loop with numba in a background process (once per machine, typically "
+        "15-25 s); until it is done the Python control loop, the same arithmetic bit for bit, steps the envs",
+        file=sys.stderr, flush=True,
+    )
+    return lock_path
 
 
 class Kernel:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fastenv.backends.libero.compiled import kernel as compiled_kernel
+from fastenv.backends.libero.compiled import ready as compiled_ready
 from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, facts, step_aside, update_form
 from fastenv.backends.libero.policy_step import PolicyStep
 
@@ -285,6 +286,8 @@ class _ControlLoop:
         controller is the one it reproduces, and (checked once per env) its torques at the live
         state are robosuite's bit for bit."""
         if not self._controller_applies(controller):
+            return False
+        if not compiled_ready():  # compiling in the background: the Python loop serves this step
             return False
         kernel = compiled_kernel()
         if kernel is None:

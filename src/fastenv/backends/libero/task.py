@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
+import logging
 
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -44,9 +49,43 @@ def package() -> str:
     return name
 
 
+# What robosuite says at import where no private macro file exists (it concerns robosuite's own
+# settings, none of which fastenv reads or a user of fastenv needs to set): not shown.
+_ROBOSUITE_MACRO_LINES = ("No private macro file found!", "It is recommended to use a private macro file", "To setup, run: python ")
+
+
+class _NoMacroFileNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_ROBOSUITE_MACRO_LINES)
+
+
+def quiet_robosuite_import() -> None:
+    """Drop robosuite's three import-time lines about its private macro file (once installed,
+    robosuite's other messages pass)."""
+    logger = logging.getLogger("robosuite_logs")
+    if not any(isinstance(f, _NoMacroFileNotice) for f in logger.filters):
+        logger.addFilter(_NoMacroFileNotice())
+
+
+@contextlib.contextmanager
+def _without_task_order_line() -> Iterator[None]:
+    """LIBERO's benchmark classes print "[info] Applying task order index 0 (permutation: ...)"
+    each time one is built (the default order, which fastenv's task ids follow): that line is
+    dropped, anything else they print passes."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            yield
+    finally:
+        kept = [line for line in captured.getvalue().splitlines(keepends=True) if not line.startswith("[info] Applying task order index")]
+        sys.stdout.write("".join(kept))
+
+
 def _libero() -> SimpleNamespace:
     """Import LIBERO lazily, after choosing the OpenGL platform (from ``package()``)."""
     import importlib
+
+    quiet_robosuite_import()
 
     configure_mujoco_gl()
     name = package()
@@ -81,7 +120,8 @@ class LiberoTask:
             close = difflib.get_close_matches(str(suite).lower(), list(suites), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}available suites: {sorted(suites)}")
-        bench = suites[suite]()
+        with _without_task_order_line():
+            bench = suites[suite]()
         if isinstance(task_id, bool) or not isinstance(task_id, (int, np.integer)):
             raise TypeError(f"task_id must be an integer, got {task_id!r}")
         if not 0 <= task_id < bench.n_tasks:
@@ -97,7 +137,7 @@ class LiberoTask:
         after choosing MuJoCo's OpenGL platform; what ``fastenv.wrap`` adopts, and the reference
         fastenv is compared with. Close it when done.
 
-        Example:
+        Examples:
             >>> stock = LiberoTask.load("libero_10", 0).stock_env(camera_size=64)
         """
         return _libero().OffScreenRenderEnv(bddl_file_name=self.bddl_file, camera_heights=camera_size, camera_widths=camera_size, **kwargs)

@@ -128,7 +128,7 @@ def make_vec(
     driven in place (``ManiSkillVectorEnv``). Without, each is a CPU env in fastenv's workers
     (``PipelineVectorEnv``: ``num_workers``, ``backend="ray"`` and the other vector options apply).
 
-    Example:
+    Examples:
         >>> envs = gym.make_vec("fastenv/ManiSkill-v0", num_envs=8, env_id="PickCube-v1", chunk=8)
     """
     num_envs = check_positive_int("num_envs", num_envs)

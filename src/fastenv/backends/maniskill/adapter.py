@@ -69,7 +69,7 @@ class ManiSkillAdapter:
         ignore_terminations: success and failure end no episode (only the time limit does), as
             ManiSkill's vector env's option of that name.
 
-    Example:
+    Examples:
         >>> adapter = ManiSkillAdapter(gym.make("PickCube-v1", obs_mode="state"))
     """
 

@@ -34,7 +34,7 @@ def split_key(key: str, cameras: Sequence[str]) -> tuple[str, str] | None:
 def obs_mode_for(keys: Sequence[str], cameras: Sequence[str]) -> str:
     """The ManiSkill obs_mode that produces ``keys`` and nothing else.
 
-    Example:
+    Examples:
         >>> obs_mode_for(["state", "base_camera_rgb"], ["base_camera"])
         'rgb+state'
     """
@@ -84,7 +84,7 @@ def maniskill_layout(obs: Mapping[str, Any], cameras: Sequence[str] | None = Non
     ManiSkill's ``get_obs`` gives. Cameras in ``cameras``' order, else in sensor_param's (the
     env's sensor order), else as the keys come.
 
-    Example:
+    Examples:
         >>> maniskill_layout({"base_camera_rgb": 1, "state": 2})
         {'sensor_data': {'base_camera': {'rgb': 1}}, 'state': 2}
     """

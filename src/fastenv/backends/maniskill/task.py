@@ -29,7 +29,9 @@ def vulkan_unavailable_reason() -> str | None:
     try:
         import sapien
     except ImportError:
-        return 'ManiSkill is not installed (pip install "fastenv-rl[maniskill]")'
+        from fastenv._deps import install_command
+
+        return f"ManiSkill is not installed ({install_command('maniskill')})"
     try:
         sapien.render.RenderMaterial()  # building any task creates render materials
     except RuntimeError as exc:
@@ -75,6 +77,28 @@ def check_assets(env_id: str, spec: Any) -> None:
         )
 
 
+# -- ManiSkill's render-device fallback -------------------------------------------------------------
+RENDER_FALLBACK = 'but CUDA device was not found. Falling back to "cpu" device'
+
+
+class _RenderFallbackFilter:
+    """Drops ManiSkill's per-env 'Requested to use render device "sapien_cuda", but CUDA device was not
+    found. Falling back to "cpu" device' on a machine without CUDA, where rendering on the CPU's
+    Vulkan device is what is meant (ManiSkill's default render_backend asks for CUDA); every other
+    record passes, and so does this one where torch sees CUDA (there SAPIEN not finding it is news)."""
+
+    def filter(self, record: Any) -> bool:
+        return RENDER_FALLBACK not in record.getMessage() or cuda_available()
+
+
+def quiet_render_fallback() -> None:
+    """Install the filter on ManiSkill's logger, once per process."""
+    from mani_skill.utils.logging_utils import logger
+
+    if not any(isinstance(f, _RenderFallbackFilter) for f in logger.filters):
+        logger.addFilter(_RenderFallbackFilter())
+
+
 # -- building a task -------------------------------------------------------------------------------
 def uses_gpu(num_envs: int, sim_backend: str | None) -> bool:
     """Whether a ManiSkill task should run batched on the GPU (else: one CPU env per process)."""
@@ -98,6 +122,7 @@ def build(
         raise ValueError(f"unknown ManiSkill env_id {env_id!r}; known: {sorted(registered)}")
     spec = registered[env_id]
     check_assets(env_id, spec)
+    quiet_render_fallback()
     keys = list(modalities) if modalities is not None else None
     cameras = None
     if keys is not None:

@@ -43,7 +43,7 @@ class ManiSkillVectorEnv(VectorEnv):
         render_mode: None or "rgb_array".
         ignore_terminations: success and failure end no episode (only the time limit does).
 
-    Example:
+    Examples:
         >>> envs = ManiSkillVectorEnv(gym.make("PickCube-v1", num_envs=64, obs_mode="rgb"), chunk=8)
     """
 

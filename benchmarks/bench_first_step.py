@@ -1,0 +1,179 @@
+"""The first step on a machine whose numba cache does not hold LIBERO's control loop yet.
+
+Each run is a fresh process (one env, or a 4-env vector env on fastenv's workers) timed from
+``gym.make`` on: the build and reset, the first step, and the first ``--steps`` chunks. numba's
+cache (``NUMBA_CACHE_DIR``) is, per run, a fresh copy of one that holds robosuite's own compiled
+functions (what any earlier robosuite run leaves) and either not fastenv's control loop
+("cold") or also fastenv's ("warm", after ``fastenv compile``). Cold runs go both ways:
+``FASTENV_COMPILE=inline`` (the first step compiles, the behaviour before the background
+compile) and the default ``background`` (a child process compiles while the Python loop steps).
+After each cold run the benchmark waits for its background compile to end before the next run.
+Configurations are interleaved over rounds; medians, spreads and ratios from one run, JSON.
+
+    python benchmarks/bench_first_step.py --rounds 3 --out results/bench_first_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import machine, print_table, write_json  # noqa: E402
+
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+import gymnasium as gym
+import fastenv  # noqa: F401
+num_envs, steps, chunk = int(sys.argv[1]), int(sys.argv[2]), 8
+kwargs = dict(suite="libero_goal", task_id=3, chunk=chunk, camera_size=64)
+env = gym.make("fastenv/Libero-v0", **kwargs) if num_envs == 1 else gym.make_vec("fastenv/Libero-v0", num_envs=num_envs, **kwargs)
+env.reset(seed=0)
+built = time.perf_counter()
+actions = np.random.default_rng(0).uniform(-1, 1, (steps, *env.action_space.shape)).astype(np.float32)
+times, compiled = [], []
+for action in actions:
+    start = time.perf_counter()
+    env.step(action)
+    times.append(time.perf_counter() - start)
+    if num_envs == 1:
+        compiled.append(env.unwrapped.adapter.fast_paths()["compiled control loop"])
+env.close()
+print(json.dumps({"build_s": built - t0, "first_step_s": times[0], "steps_s": sum(times), "compiled": compiled}))
+"""
+
+STOCK = """
+import numpy as np
+from fastenv.backends.libero import LiberoTask, _libero
+task = LiberoTask.load("libero_goal", 3)
+env = _libero().OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=32, camera_widths=32)
+env.reset()
+env.step(np.zeros(7))
+env.close()
+"""
+
+CONFIGS = [
+    # (name, cache, FASTENV_COMPILE)
+    ("cold cache, inline (before)", "cold", "inline"),
+    ("cold cache, background (default)", "cold", "background"),
+    ("warm cache", "warm", "background"),
+]
+
+
+def _run(code: list[str], cache: str, mode: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache, "FASTENV_COMPILE": mode}
+    return subprocess.run([sys.executable, *code], env=env, capture_output=True, text=True, check=False, timeout=1800)
+
+
+def _wait_for_background(cache: str) -> float:
+    """Block until no process holds a compile lock under ``cache``; the seconds waited."""
+    start = time.perf_counter()
+    for folder, _, files in os.walk(cache):
+        if "fastenv-compile.lock" in files:
+            with open(os.path.join(folder, "fastenv-compile.lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+    return time.perf_counter() - start
+
+
+def docs_table(payload: dict) -> str:
+    """The table of docs/benchmarks.md, from the JSON."""
+    lines = [
+        f"| envs | numba cache, `FASTENV_COMPILE` | build and reset, s | first step, s | first {payload['steps']} chunks, s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in payload["rows"]:
+        lines.append(f"| {row['num_envs']} | {row['config']} | {row['build_s']:.1f} | {row['first_step_s']:.2f} | {row['steps_s']:.1f} |")
+    lines.append("")
+    lines += [f"- {name}: **{value:.1f}x**" for name, value in payload["ratios"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", default=None, help="print the docs table of this JSON, and exit")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20, help="chunks of 8 timed per run")
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 4], help="1: one env; more: a vector env on workers")
+    parser.add_argument("--out", default="results/bench_first_step.json")
+    args = parser.parse_args(argv)
+    if args.table:
+        payload = json.loads(open(args.table).read())
+        print(docs_table(payload))
+        return payload
+
+    work = tempfile.mkdtemp(prefix="fastenv-first-step-")
+    base, warm = os.path.join(work, "robosuite-only"), os.path.join(work, "warm")
+    try:
+        for code, cache in ((["-c", STOCK], base),):
+            run = _run(code, cache, "inline")
+            assert run.returncode == 0, run.stderr[-3000:]
+        shutil.copytree(base, warm)
+        run = _run(["-m", "fastenv.cli", "compile"], warm, "inline")
+        assert run.returncode == 0, run.stderr[-3000:]
+
+        samples: dict[tuple[int, str], list[dict]] = {}
+        for r in range(args.rounds):
+            for num_envs in args.num_envs:
+                for name, cache_kind, mode in CONFIGS:
+                    cache = os.path.join(work, f"run-{r}-{num_envs}-{mode}-{cache_kind}")
+                    shutil.copytree(base if cache_kind == "cold" else warm, cache)
+                    run = _run(["-c", CHILD, str(num_envs), str(args.steps)], cache, mode)
+                    assert run.returncode == 0, run.stderr[-3000:]
+                    sample = json.loads(run.stdout.strip().splitlines()[-1])
+                    sample["background_line"] = "in a background process" in run.stderr
+                    sample["inline_line"] = "later processes load it from numba's cache" in run.stderr
+                    sample["waited_after_s"] = _wait_for_background(cache)
+                    samples.setdefault((num_envs, name), []).append(sample)
+                    shutil.rmtree(cache, ignore_errors=True)
+                    print(f"round {r + 1}/{args.rounds} envs={num_envs} {name}: first step {sample['first_step_s']:.2f} s, "
+                          f"{args.steps} chunks {sample['steps_s']:.2f} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    rows = []
+    for (num_envs, name), runs in samples.items():
+        compiled = [run["compiled"] for run in runs if run["compiled"]]
+        rows.append({
+            "num_envs": num_envs, "config": name,
+            "build_s": med([r["build_s"] for r in runs]),
+            "first_step_s": med([r["first_step_s"] for r in runs]),
+            "first_step_spread_s": [min(r["first_step_s"] for r in runs), max(r["first_step_s"] for r in runs)],
+            "steps_s": med([r["steps_s"] for r in runs]),
+            "steps_spread_s": [min(r["steps_s"] for r in runs), max(r["steps_s"] for r in runs)],
+            "first_compiled_step": med([c.index(True) if True in c else len(c) for c in compiled]) if compiled else None,
+            "background_line": [r["background_line"] for r in runs], "inline_line": [r["inline_line"] for r in runs],
+        })
+    ratios = {}  # of the medians (each cold run takes seconds to minutes: a round is not one moment)
+    for num_envs in args.num_envs:
+        by = {row["config"]: row for row in rows if row["num_envs"] == num_envs}
+        before, after, warm_row = (by[name] for name, _, _ in CONFIGS)
+        ratios[f"{num_envs} env(s): first step, before / after"] = before["first_step_s"] / after["first_step_s"]
+        ratios[f"{num_envs} env(s): first {args.steps} chunks, before / after"] = before["steps_s"] / after["steps_s"]
+        ratios[f"{num_envs} env(s): first step, after / warm cache"] = after["first_step_s"] / warm_row["first_step_s"]
+    print_table(rows, [("num_envs", "envs", "d"), ("config", "numba cache, FASTENV_COMPILE", "s"), ("build_s", "build+reset s", ".2f"),
+                       ("first_step_s", "first step s", ".2f"), ("steps_s", f"first {args.steps} chunks s", ".2f"),
+                       ("first_compiled_step", "first compiled step", ".0f")])
+    for name, value in ratios.items():
+        print(f"{name}: {value:.1f}x")
+    payload = {"benchmark": "first_step", "rounds": args.rounds, "steps": args.steps, "chunk": 8, "camera_size": 64,
+               "task": "libero_goal/3", "rows": rows, "ratios": ratios, "machine": machine(),
+               "command": "python benchmarks/bench_first_step.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    write_json(args.out, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
