@@ -32,7 +32,7 @@ def test_no_instruction_installs_fastenv_from_the_package_index():
 
 def test_every_extra_the_docs_install_exists():
     named = {extra.strip() for text in _texts().values() for group in re.findall(r"pip install (?:-e )?[\"']\.\[([^\]]+)\]", text)
-             for extra in group.split(",") if "{" not in extra} - {"extras"}  # "extras": a placeholder
+             for extra in group.split(",") if "{" not in extra} - {"extra", "extras"}  # placeholders
     assert named and named <= EXTRAS, f"unknown extras {sorted(named - EXTRAS)}"
 
 
