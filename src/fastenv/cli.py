@@ -236,26 +236,25 @@ def _run_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     print(f"\nwrote {args.out}; use it with {use}")
 
 
-def _compile_parser(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser(
+# Commands without options: name, help, description.
+_PLAIN_COMMANDS = (
+    (
         "compile",
-        help="compile LIBERO's control loop into numba's cache now (else the first process does it in the background)",
-        description="Compile LIBERO's control loop with numba into numba's cache, in the foreground (15-25 s, once per "
+        "compile LIBERO's control loop into numba's cache now (else the first process does it in the background)",
+        "Compile LIBERO's control loop with numba into numba's cache, in the foreground (15-25 s, once per "
         "machine). Without it, the first process whose envs need it compiles it in a background process while the "
         "Python loop, the same arithmetic, steps the envs.",
-    )
-
-
-def _vulkan_env_parser(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser(
+    ),
+    (
         "vulkan-env",
-        help="print the shell line that points Vulkan at this environment's CPU driver, for tools run outside fastenv",
-        description="Print `export VK_ICD_FILENAMES=...`: the Vulkan driver `import fastenv` points SAPIEN at (the CPU "
+        "print the shell line that points Vulkan at this environment's CPU driver, for tools run outside fastenv",
+        "Print `export VK_ICD_FILENAMES=...`: the Vulkan driver `import fastenv` points SAPIEN at (the CPU "
         "driver scripts/vulkan.sh put in this environment, or the one VK_ICD_FILENAMES/VK_DRIVER_FILES already "
         "chose), for ManiSkill's own tools in the same shell: eval \"$(fastenv vulkan-env)\"; python -m "
         "mani_skill.trajectory.replay_trajectory ... Prints nothing (and says why on stderr) where there is none "
         "to point at: a machine with a GPU's driver needs no line.",
-    )
+    ),
+)
 
 
 def _run_vulkan_env() -> int:
@@ -286,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     _bench_parser(sub)
     _tune_parser(sub)
     _conform_parser(sub)
-    _compile_parser(sub)
-    _vulkan_env_parser(sub)
+    for name, help_text, description in _PLAIN_COMMANDS:
+        sub.add_parser(name, help=help_text, description=description)
     args = parser.parse_args(argv)
     if args.command == "vulkan-env":
         return _run_vulkan_env()
