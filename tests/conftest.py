@@ -34,22 +34,64 @@ MISSING = pytest.StashKey[str]()
 
 # RLinf's LIBERO stack (tests/test_libero_stacks.py): in CI, where it is not built yet, its virtual
 # environment is made in the background from the start of the session (mostly downloads and
-# unpacking), and the test that runs in it waits for it.
+# unpacking), and the tests that run in it wait for it. The test processes (pytest-xdist's workers)
+# share one build: the first to ask starts it, holding a lock on VENV.lock until the build ends, and
+# VENV-build.done marks a build that succeeded.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RLINF_STACK = os.path.join(ROOT, ".stacks", "rlinf")
-STACK_BUILDS: dict[str, tuple[object, str]] = {}  # stack folder -> (the build's process, its log)
 
 
 def start_stack_build(venv: str, stack: str) -> None:
+    """Start building the stack into ``venv`` unless it is built or being built (by any process)."""
+    import fcntl
     import subprocess
 
-    if venv in STACK_BUILDS or os.path.exists(os.path.join(venv, "bin", "python")):
-        return
+    if os.path.exists(venv + "-build.done") or (os.path.exists(os.path.join(venv, "bin", "python")) and not os.path.exists(venv + "-build.log")):
+        return  # built (by this machinery, or by hand)
     os.makedirs(os.path.dirname(venv), exist_ok=True)
+    fd = os.open(venv + ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another test process builds it
+        if os.path.exists(venv + "-build.done"):
+            return
+        script = os.path.join(ROOT, "scripts", "libero_stack.sh")
+        with open(venv + "-build.log", "w") as out:
+            # the build inherits the locked descriptor: the lock is held until it exits
+            subprocess.Popen(["bash", "-c", 'bash "$0" "$1" "$2" && touch "$2-build.done"', script, stack, venv], stdout=out,
+                             stderr=subprocess.STDOUT, pass_fds=(fd,))
+    finally:
+        os.close(fd)
+
+
+def wait_for_stack(venv: str, timeout: float = 1200.0) -> str | None:
+    """The stack's Python once no process builds it any more; None where it is not built (a build that
+    failed fails the calling test with its log)."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + timeout
+    fd = os.open(venv + ".lock", os.O_RDWR | os.O_CREAT, 0o666) if os.path.isdir(os.path.dirname(venv)) else None
+    try:
+        while fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the stack build of {venv} ran past {timeout:.0f} s")
+                time.sleep(2.0)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    python = os.path.join(venv, "bin", "python")
     log = venv + "-build.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "libero_stack.sh"), stack, venv], stdout=out, stderr=subprocess.STDOUT)
-    STACK_BUILDS[venv] = (process, log)
+    if os.path.exists(log) and not os.path.exists(venv + "-build.done"):
+        with open(log) as f:
+            pytest.fail(f"building {venv} failed:\n{f.read()[-3000:]}")
+    return python if os.path.exists(python) else None
 
 
 def pytest_collection_finish(session):

@@ -22,7 +22,7 @@ def test_a_missing_simulator_fails_in_ci_and_skips_elsewhere(tmp_path, ci, outco
     probe.write_text("import pytest\n\n\n@pytest.mark.libero\ndef test_needs_libero():\n    pass\n")
     try:
         env = {**os.environ, "CI": ci, "PYTHONPATH": str(tmp_path)}
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(probe)],
                              capture_output=True, text=True, env=env, cwd=TESTS.parent, timeout=120)
     finally:
         probe.unlink()

@@ -61,3 +61,27 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
         assert same["equal"], (row["config"], same)
         assert same["chunks_compared"] >= 4
     assert "same data" in out.stdout and "NO:" not in out.stdout
+    # what served, in every worker: each row's own fast paths, in every env of every round
+    for row in rows:
+        served = row["fast_paths_served"]
+        assert served["envs"] == payload["config"]["num_envs"] * payload["config"]["rounds"]
+        assert row["own_fast_paths_not_served"] == [], (row["config"], served)
+        assert all(served[path] == served["envs"] for path in row["own_fast_paths"])
+    assert "compiled policy step" in rows[-1]["own_fast_paths"]
+    assert "[NOT SERVED" not in out.stdout and "steps aside" not in out.stderr and "differs from robosuite" not in out.stderr
+
+
+def test_a_row_whose_own_fast_path_did_not_serve_is_marked_so():
+    from fastenv.bench import Trajectories, Variant, format_table, summarize
+
+    def run(paths):
+        return {"env_steps": 64, "seconds": 1.0, "breakdown_s": {"policy": 0.1}, "env_cpu_s": None, "trajectories": Trajectories(2),
+                "fast_paths": paths}
+
+    base, fast = Variant("Default", "stock"), Variant("+FastSubstep", "chunked", paths=("compiled policy step",))
+    one_aside = [{"compiled policy step": True}, {"compiled policy step": False}]
+    rows = summarize([base, fast], {"Default": [run([{}, {}])], "+FastSubstep": [run(one_aside)]}, env_cores=1)
+    assert rows[1]["own_fast_paths_not_served"] == ["compiled policy step"]
+    assert rows[1]["fast_paths_served"] == {"envs": 2, "compiled policy step": 1}
+    table = format_table(rows)
+    assert "+FastSubstep [NOT SERVED: compiled policy step]" in table and "Default [NOT" not in table

@@ -105,6 +105,8 @@ def marks_for(snippet: Snippet) -> list:
         marks.append(pytest.mark.libero)
     if re.search(r"maniskill|mani_skill", snippet.code, re.IGNORECASE):
         marks.append(pytest.mark.maniskill)
+    if re.search(r"\bray\b", snippet.code):
+        marks.append(pytest.mark.xdist_group("ray"))  # in the test process of tests/test_ray.py: one local cluster at a time
     return marks
 
 
@@ -151,15 +153,12 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
     env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
     stack = next((venv for module, venv in STACK_SNIPPETS.items() if module in snippet.code), None)
     if stack is not None:  # a framework's own pins: its snippet runs in its stack's virtual environment
-        from conftest import ROOT as STACKS_ROOT
-        from conftest import STACK_BUILDS
+        from conftest import wait_for_stack
 
-        build = STACK_BUILDS.get(os.path.join(STACKS_ROOT, stack))
-        if build is not None:  # CI builds RLinf's stack in the background from the session's start
-            assert build[0].wait(timeout=1200) == 0, Path(build[1]).read_text()[-3000:]
-        python = str(ROOT / stack / "bin" / "python")
-        if not os.path.exists(python):
+        built = wait_for_stack(str(ROOT / stack))  # CI builds RLinf's stack in the background from the session's start
+        if built is None:
             pytest.skip(f"{where} runs in {stack}, not built here (docs/frameworks/)")
+        python = built
         env.update(LIBERO_CONFIG_PATH=str(ROOT / stack / "libero-config"), HF_HUB_OFFLINE="1")
     script = tmp_path / "docs_snippet.py"
     script.write_text(snippet.code)

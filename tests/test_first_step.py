@@ -82,6 +82,35 @@ def test_a_fresh_numba_cache_steps_with_the_python_loop_while_a_background_proce
     inline, stderr = _run(BACKGROUND, {**env, "FASTENV_COMPILE": "inline"}, tmp_path)
     assert inline["served"] == [True] * 6 and inline["digest"] == result["digest"]
     assert "background" not in stderr and "compiling" not in stderr  # a filled cache: loaded, nothing compiled
+    # and a later process in the default mode starts no background compile: the cache holds what it runs
+    again, stderr = _run(BACKGROUND, env, tmp_path)
+    assert again["served"] == [True] * 6 and again["misses"] == 0 and "compiling" not in stderr
+
+
+def test_a_function_this_machine_does_not_run_is_not_waited_for(tmp_path, monkeypatch):
+    # The compile records, per machine, the compiled functions its envs do not run (a fast path
+    # that steps aside here); a cache without them then counts as complete, so no later process
+    # starts a compile for them.
+    pytest.importorskip("numba")
+    kernels = type("Kernels", (), {name: name for name in compiled.KERNELS})
+    monkeypatch.setattr(compiled, "_unused_path", lambda k: str(tmp_path / compiled.UNUSED_NAME))
+    monkeypatch.setattr(compiled.machine_facts, "cached_here", lambda f: f not in ("begin_step", "env_step"))
+    assert compiled.cached(kernels) is False and compiled.unused(kernels) == {}
+    compiled.record_unused(kernels, {"begin_step": "the policy step steps aside here", "env_step": "the same"})
+    assert compiled.unused(kernels) == {"begin_step": "the policy step steps aside here", "env_step": "the same"}
+    assert compiled.cached(kernels) is True
+    # another machine's record does not count here
+    monkeypatch.setattr(compiled, "_machine_key", lambda: "another machine")
+    assert compiled.unused(kernels) == {} and compiled.cached(kernels) is False
+
+
+@pytest.mark.libero
+def test_fastenv_compile_says_what_serves_here():
+    run = subprocess.run([sys.executable, "-m", "fastenv.cli", "compile"], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    serving = run.stdout.split("serving here: ", 1)[1].split(";")[0].strip().split(", ")
+    assert {"compiled control loop", "compiled policy step", "fast control loop"} <= set(serving)
+    assert "stepping aside" not in run.stdout and "steps aside" not in run.stderr and "did not run" not in run.stderr
 
 
 def test_an_unknown_compile_mode_is_refused(monkeypatch):
@@ -111,7 +140,7 @@ def test_the_first_step_docs_table_is_the_committed_json():
 
     payload = json.loads((root / "results" / "bench_first_step.json").read_text())
     assert bench_first_step.docs_table(payload) in (root / "docs" / "benchmarks.md").read_text()
-    assert {row["config"] for row in payload["rows"]} == {name for name, _, _ in bench_first_step.CONFIGS}
+    assert {row["config"] for row in payload["rows"]} == {name for name, _, _ in bench_first_step.CONFIGS + bench_first_step.EMPTY}
     # the default started a background compile and the inline run compiled in the first step, in every round
     for row in payload["rows"]:
         if row["config"].startswith("cold cache, background"):

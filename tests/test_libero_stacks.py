@@ -215,16 +215,13 @@ RLINF = ROOT / ".stacks" / "rlinf"
 
 
 def _rlinf_python():
-    from conftest import STACK_BUILDS, start_stack_build
+    from conftest import start_stack_build, wait_for_stack
 
-    python = RLINF / "bin" / "python"
     if os.environ.get("CI"):  # CI builds the stack (its pins from the index, LIBERO's assets linked), from the session's start
         start_stack_build(str(RLINF), "rlinf")
-    if str(RLINF) in STACK_BUILDS:
-        process, log = STACK_BUILDS[str(RLINF)]
-        assert process.wait(timeout=1200) == 0, Path(log).read_text()[-3000:]
-    if python.exists():
-        return python
+    python = wait_for_stack(str(RLINF))
+    if python is not None:
+        return Path(python)
     pytest.skip(f"RLinf's LIBERO stack is not built: bash scripts/libero_stack.sh rlinf (makes {RLINF.relative_to(ROOT)})")
 
 

@@ -10,6 +10,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
 
+# One local Ray cluster at a time on this machine: the Ray tests (and the docs' Ray snippets) run in one test process.
+pytestmark = pytest.mark.xdist_group("ray")
+
 from fakes import ActionRecorderEnv, GateEnv, NoisyEnv, RandomLengthEnv  # noqa: E402
 from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 from helpers import Alone, assert_same, step_every_env, without_legacy_keys  # noqa: E402

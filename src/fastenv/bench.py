@@ -103,17 +103,24 @@ class Variant:
     mode: str = "step"  # "step", "pipeline" or "dynamic"
     hard_reset: bool = True
     fast_substep: bool = False
+    paths: tuple[str, ...] = ()  # the env's fast paths (``SimEnv.fast_paths``) this configuration adds, which must serve
+
+
+# The fast paths each configuration relies on from its own on (each keeps its predecessors').
+SKIP_OBS_PATHS = ("observation at a chunk's end",)
+RESET_PATHS = (*SKIP_OBS_PATHS, "in-place reset")
+SUBSTEP_PATHS = (*RESET_PATHS, "fast control loop", "compiled control loop", "compiled policy step")
 
 
 def variants(cfg: BenchConfig) -> list[Variant]:
     return [
         Variant("Default", "stock"),
         Variant("+Slim", "slim"),
-        Variant(f"+SkipObs (chunk {cfg.chunk})", "chunked"),
-        Variant(f"+Pipeline ({cfg.stages} stages)", "chunked", "pipeline"),
-        Variant("+Async (dynamic batching)", "chunked", "dynamic"),
-        Variant("+FastReset (in place)", "chunked", "dynamic", hard_reset=False),
-        Variant("+FastSubstep", "chunked", "dynamic", hard_reset=False, fast_substep=True),
+        Variant(f"+SkipObs (chunk {cfg.chunk})", "chunked", paths=SKIP_OBS_PATHS),
+        Variant(f"+Pipeline ({cfg.stages} stages)", "chunked", "pipeline", paths=SKIP_OBS_PATHS),
+        Variant("+Async (dynamic batching)", "chunked", "dynamic", paths=SKIP_OBS_PATHS),
+        Variant("+FastReset (in place)", "chunked", "dynamic", hard_reset=False, paths=RESET_PATHS),
+        Variant("+FastSubstep", "chunked", "dynamic", hard_reset=False, fast_substep=True, paths=SUBSTEP_PATHS),
     ]
 
 
@@ -318,7 +325,10 @@ def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, devi
         while len(envs.in_flight()):
             result = envs.recv(max_batch=n)
             record(np.asarray(result[4]["env_ids"]), result)
-    return {"env_steps": done, "seconds": wall, "breakdown_s": breakdown, "env_cpu_s": env_cpu, "trajectories": trajectories}
+    # Which fast paths served each env (in its worker) at the end of the round
+    served = [dict(paths) for paths in envs.call("fast_paths")]
+    return {"env_steps": done, "seconds": wall, "breakdown_s": breakdown, "env_cpu_s": env_cpu, "trajectories": trajectories,
+            "fast_paths": served}
 
 
 def _device(name: str, policy_cores: list[int]) -> Any:
@@ -441,8 +451,16 @@ def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], e
         cpu = [s["env_cpu_s"] for s in runs if s.get("env_cpu_s")]
         floor = statistics.median(1000.0 * c / s["env_steps"] for c, s in zip(cpu, runs)) / env_cores if cpu else None
         same = compare_trajectories([s["trajectories"] for s in runs], [s["trajectories"] for s in samples[base_name]])
+        envs_rounds = [paths for s in runs for paths in s.get("fast_paths", [])]
+        served = {path: sum(bool(p.get(path)) for p in envs_rounds) for path in dict.fromkeys(k for p in envs_rounds for k in p)}
+        missing = [path for path in variant.paths if served.get(path, 0) < len(envs_rounds) or not envs_rounds]
         row = {
             "config": variant.name,
+            # per fast path: in how many envs (over rounds, counted in each worker) it served; the
+            # configuration's own paths, and those that did not serve in every env
+            "fast_paths_served": {"envs": len(envs_rounds), **served},
+            "own_fast_paths": list(variant.paths),
+            "own_fast_paths_not_served": missing,
             "same_data_as_default": same,
             "env_steps_per_s": statistics.median(rates),
             "spread_env_steps_per_s": max(rates) - min(rates),
@@ -468,8 +486,12 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             parts[0] = f"({b['env (stock, not broken down)']:.1f} env)"
         same = r["same_data_as_default"]
         same_cell = "reference" if r is rows[0] else (f"yes ({same['chunks_compared']} chunks)" if same["equal"] else f"NO: {same['first_difference']}")
+        name = r["config"]
+        missing = r.get("own_fast_paths_not_served")
+        if missing:  # never labelled as if its own path had served
+            name += f" [NOT SERVED: {', '.join(missing)}]"
         cells.append(
-            [r["config"], f"{r['env_steps_per_s']:.1f}", f"{r['spread_env_steps_per_s']:.1f}", f"{r['speedup_vs_default']:.2f}",
+            [name, f"{r['env_steps_per_s']:.1f}", f"{r['spread_env_steps_per_s']:.1f}", f"{r['speedup_vs_default']:.2f}",
              f"{r['ms_per_env_step']:.1f}", f"{r['x_floor']:.2f}" if r["x_floor"] else "-", same_cell, *parts]
         )
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
@@ -478,7 +500,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines.append(
         "(breakdown: ms per env step; physics = sub-steps without observation, step = the last sub-step of a "
         "chunk with its observation, observe = observations on their own; env-process time summed over processes; "
-        "same data: each env's rewards, dones and kept observations, chunk by chunk, equal Default's)"
+        "same data: each env's rewards, dones and kept observations, chunk by chunk, equal Default's; "
+        "NOT SERVED: the configuration's own fast path stepped aside in some env, the JSON's fast_paths_served says where)"
     )
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """The ``fastenv`` command: ``fastenv bench`` runs the ablation on LIBERO (the main job);
 ``fastenv tune`` finds the fastest layout for an env and a policy; ``fastenv conform`` checks
 fastenv against the stock simulator over its task space; ``fastenv compile`` compiles LIBERO's
-control loop into numba's cache; ``fastenv vulkan-env`` prints the Vulkan driver line for ManiSkill's
+control loop into numba's cache; ``fastenv doctor`` says which fast paths serve on this machine and
+why the others do not; ``fastenv vulkan-env`` prints the Vulkan driver line for ManiSkill's
 own tools (``eval "$(fastenv vulkan-env)"``)."""
 
 from __future__ import annotations
@@ -276,6 +277,34 @@ def _run_vulkan_env() -> int:
     return 0
 
 
+def _doctor_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="which fast paths serve on this machine and install, and for each that does not, why and what to do",
+        description="Read what this machine gives fastenv (the CPU's SIMD extensions, numpy's BLAS and its kernel set, "
+        "what numba compiles for and whether its cache holds LIBERO's control loop for this CPU, the renderer, a "
+        "Vulkan device for ManiSkill), build and step one LIBERO env, and say which of its fast paths serve; for "
+        "each that steps aside, the reason it gave and what to change.",
+    )
+    p.add_argument("--suite", default="libero_goal", help="the LIBERO suite of the env it builds (default %(default)s)")
+    p.add_argument("--task-id", type=int, default=3, help="its task (default %(default)s)")
+    p.add_argument("--no-env", action="store_true", help="read the facts only, build no env (seconds instead of a minute)")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from fastenv.doctor import diagnose, format_report
+
+    report = diagnose(args.suite, args.task_id, env=not args.no_env)
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2, default=str)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from fastenv import __version__
 
@@ -285,11 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     _bench_parser(sub)
     _tune_parser(sub)
     _conform_parser(sub)
+    _doctor_parser(sub)
     for name, help_text, description in _PLAIN_COMMANDS:
         sub.add_parser(name, help=help_text, description=description)
     args = parser.parse_args(argv)
     if args.command == "vulkan-env":
         return _run_vulkan_env()
+    if args.command == "doctor":
+        return _run_doctor(args)
     if args.command == "compile":
         from fastenv.backends.libero._warm import main as compile_main
 
@@ -333,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
             f"\npolicy on {payload['policy_device']} (process on cores {payload['policy_cores']}), envs on cores "
             f"{payload['env_cores']}; wrote " + ", ".join(payload["files"])
         )
+        aside = {r["config"]: r["own_fast_paths_not_served"] for r in payload["results"] if r.get("own_fast_paths_not_served")}
+        if aside:
+            print(f"fastenv bench: in these rows their own fast paths did not serve in every env: {aside} "
+                  "(fastenv doctor says why and what to do)", file=sys.stderr)
         differ = [r["config"] for r in payload["results"] if not r["same_data_as_default"]["equal"]]
         if differ:
             print(f"fastenv bench: {differ} did not produce Default's data (the 'same data' column says where)", file=sys.stderr)

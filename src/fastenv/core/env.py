@@ -89,6 +89,16 @@ class SimEnv(gym.Env):
         self.adapter.make_headless(mode)
         self.render_mode = self.adapter.render_mode
 
+    def fast_paths(self) -> dict[str, bool]:
+        """Which of the simulator's fast paths serve this env now (empty where its backend has none).
+
+        Examples:
+            >>> env.fast_paths()  # a LIBERO env
+            {'compiled control loop': True, 'compiled policy step': True, ...}
+        """
+        paths = getattr(self.adapter, "fast_paths", None)
+        return dict(paths()) if callable(paths) else {}
+
     @property
     def shared_physics(self) -> bool:
         """True when this env's physics world is shared with other envs in the process."""

@@ -2,9 +2,11 @@
 
 The C functions they call come in as addresses (``c_call``), so the compiled code holds nothing
 of this process and numba caches it on disk: ``mj`` holds MuJoCo's ``mj_step1``, ``mj_step2``,
-``mj_jacSite``, ``mj_fullM`` and ``mj_getState``; ``blas`` numpy's own BLAS
-``cblas_dgemv`` and ``cblas_ddot`` (64-bit integers, what numpy's ``np.dot`` and ``np.convolve``
-call). Pointers are ``uintp``.
+``mj_jacSite``, ``mj_fullM`` and ``mj_getState``; ``blas`` numpy's own BLAS ``cblas_dgemv``
+(what numpy's ``np.dot`` of a matrix and a vector calls) and ``cblas_ddot``, then how numpy
+computes ``np.convolve`` of the robot's acceleration estimate (``machine_facts.convolve_form``: 0
+a sum in order, 1 the same with fused multiply-adds, 2 BLAS ``ddot``) and whether the BLAS
+functions take 64-bit integers (1) or C ints (0) (``machine_facts.blas``). Pointers are ``uintp``.
 """
 
 import numba
@@ -58,8 +60,20 @@ def _clip(value, low, high):
     return value
 
 
+@intrinsic
+def _fma(typingctx, a, b, c):
+    # a * b + c rounded once (LLVM's fma: the instruction where the CPU has it, else libm's fma)
+    if not all(isinstance(t, types.Float) and t.bitwidth == 64 for t in (a, b, c)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.call(builder.module.declare_intrinsic("llvm.fma", [ir.DoubleType()] * 3), args)
+
+    return types.float64(types.float64, types.float64, types.float64), codegen
+
+
 @numba.njit(cache=True)
-def _dot(gemv, a, x, out):
+def _dot(blas, a, x, out):
     # numpy's np.dot of a 2-D and a 1-D float64 array (cblas_matrixproduct): gemv, row-major
     # when the matrix is C-contiguous, else column-major, with numpy's leading dimension
     m, n = a.shape
@@ -67,8 +81,31 @@ def _dot(gemv, a, x, out):
         order, lda = ROW_MAJOR, max(n, 1)
     else:
         order, lda = COL_MAJOR, max(m, 1)
-    c_call(gemv, (order, NO_TRANS, np.int64(m), np.int64(n), 1.0, a.ctypes.data, np.int64(lda), x.ctypes.data, np.int64(1), 0.0,
-                  out.ctypes.data, np.int64(1)))
+    if blas[3]:
+        c_call(blas[0], (order, NO_TRANS, np.int64(m), np.int64(n), 1.0, a.ctypes.data, np.int64(lda), x.ctypes.data, np.int64(1), 0.0,
+                         out.ctypes.data, np.int64(1)))
+    else:
+        c_call(blas[0], (order, NO_TRANS, np.int32(m), np.int32(n), 1.0, a.ctypes.data, np.int32(lda), x.ctypes.data, np.int32(1), 0.0,
+                         out.ctypes.data, np.int32(1)))
+
+
+@numba.njit(cache=True)
+def _convolved(blas, column, weights):
+    # np.convolve(column, kernel, mode="valid") of equal lengths, ``weights`` the kernel reversed,
+    # as numpy computes it here (blas[2], machine_facts.convolve_form)
+    if blas[2] == 2:  # numpy's dot loop: BLAS ddot, added to 0.0
+        n = column.shape[0]
+        if blas[3]:
+            return 0.0 + c_call_double(blas[1], (np.int64(n), column.ctypes.data, np.int64(1), weights.ctypes.data, np.int64(1)))
+        return 0.0 + c_call_double(blas[1], (np.int32(n), column.ctypes.data, np.int32(1), weights.ctypes.data, np.int32(1)))
+    total = 0.0  # numpy's small_correlate: a sum from 0 in order
+    if blas[2] == 1:
+        for i in range(column.shape[0]):
+            total = _fma(column[i], weights[i], total)
+    else:
+        for i in range(column.shape[0]):
+            total = total + column[i] * weights[i]
+    return total
 
 
 @numba.njit(cache=True)
@@ -84,9 +121,9 @@ def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_x
     jacr[:] = 0.0
     c_call(mj[2], (model, data, NULL, jacr.ctypes.data, site32))
     ee_pos_vel = np.empty(3)
-    _dot(blas[0], jacp, qvel, ee_pos_vel)
+    _dot(blas, jacp, qvel, ee_pos_vel)
     ee_ori_vel = np.empty(3)
-    _dot(blas[0], jacr, qvel, ee_ori_vel)
+    _dot(blas, jacr, qvel, ee_ori_vel)
     joint_pos = np.empty(k)
     joint_vel = np.empty(k)
     # numpy's fancy indexing (jacp[:, index], mass[index, :][:, index]) gives these in Fortran
@@ -173,18 +210,18 @@ def _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, k
     wrench = np.empty(6)
     if uncoupling:
         force = np.empty(3)
-        _dot(blas[0], lambda_pos, desired_force, force)
+        _dot(blas, lambda_pos, desired_force, force)
         torque = np.empty(3)
-        _dot(blas[0], lambda_ori, desired_torque, torque)
+        _dot(blas, lambda_ori, desired_torque, torque)
         wrench[:3] = force
         wrench[3:] = torque
     else:
         desired_wrench = np.empty(6)
         desired_wrench[:3] = desired_force
         desired_wrench[3:] = desired_torque
-        _dot(blas[0], lambda_full, desired_wrench, wrench)
+        _dot(blas, lambda_full, desired_wrench, wrench)
     torques = np.empty(k)
-    _dot(blas[0], J_full.T, wrench, torques)
+    _dot(blas, J_full.T, wrench, torques)
     for i in range(k):
         torques[i] = torques[i] + qfrc_bias[qvel_index[i]]  # + torque_compensation
     null_torques = nullspace_torques(mass, nullspace_matrix, initial_joint, joint_pos, joint_vel)
@@ -302,7 +339,7 @@ def _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, 
         column[0] = acc_current[c]
         for r in range(1, rows):
             column[r] = control_freq * (vel_buffer[r, c] - vel_buffer[r - 1, c])
-        out[o + c] = 0.0 + c_call_double(blas[1], (np.int64(rows), column.ctypes.data, np.int64(1), weights.ctypes.data, np.int64(1)))
+        out[o + c] = _convolved(blas, column, weights)
     if finish:
         c_call(mj[1], (model, data))  # mj_step2
 
@@ -324,8 +361,8 @@ def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, 
     7), ``recent_ee_vel`` (6) and ``recent_ee_acc`` (6) receive. ``vel_buffer`` (the ring
     buffer of ee velocities) gets the velocity in row ``vel_at``; the acceleration is
     robosuite's: ``acc_current`` above ``control_freq * np.diff(vel_buffer)``, each column
-    convolved with ``weights`` (``np.convolve`` of equal lengths: one ``ddot``, added to 0.0 as
-    numpy's dot loop does)."""
+    convolved with ``weights`` (``np.convolve`` of equal lengths, as numpy computes it here:
+    ``_convolved``)."""
     read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
     _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
             ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,

@@ -2,9 +2,11 @@
 
 Run in the background by the first process of a machine whose envs would otherwise wait for the
 compile (``compiled.ready``), and in the foreground by ``fastenv compile``. It builds one small
-LIBERO env (proprioception only, no camera) and steps it until every compiled function has run
-once, compiled inline (``FASTENV_COMPILE=inline``): numba writes each to its cache, where the
-other processes load it from.
+LIBERO env (proprioception only, no camera) and steps it until every compiled function its envs
+run here has run once, compiled inline (``FASTENV_COMPILE=inline``): numba writes each to its
+cache, where the other processes load it from. A function this machine's envs do not run (a fast
+path that steps aside here) is recorded as such (``compiled.record_unused``), so no later process
+starts a compile for it; the last lines say which fast paths serve.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 
 # Tasks tried in turn: one the installed LIBERO distribution has is enough (the compiled
 # functions' types do not depend on the task).
@@ -20,8 +23,9 @@ CHUNK = 4
 STEPS = 3
 
 
-def warm() -> tuple[set[str], float]:
-    """Compile (or load) every compiled function; the ones that ran and the seconds it took."""
+def warm() -> tuple[set[str], dict[str, bool], list[str], float]:
+    """Compile (or load) every compiled function this machine's envs run: the ones that ran, which
+    fast paths served the env, the step-aside lines it printed, and the seconds it took."""
     os.environ["FASTENV_COMPILE"] = "inline"
     import gymnasium as gym
     import numpy as np
@@ -38,25 +42,44 @@ def warm() -> tuple[set[str], float]:
             errors.append(f"{suite}/{task_id}: {type(error).__name__}: {error}")
             continue
         try:
-            env.reset(seed=0)
-            for _ in range(STEPS):
-                env.step(np.zeros(env.action_space.shape, dtype=env.action_space.dtype))
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always", RuntimeWarning)
+                # two episodes: the first step after the second reset is a compiled env step that
+                # starts from what robosuite's reset left in the controller (another specialization)
+                for episode in range(2):
+                    env.reset(seed=episode)
+                    for _ in range(STEPS):
+                        env.step(np.zeros(env.action_space.shape, dtype=env.action_space.dtype))
+            served = env.unwrapped.adapter.fast_paths()
+            served.pop("shared render context", None)  # this env has no camera: nothing to share
         finally:
             env.close()
+        lines = list(dict.fromkeys(str(w.message) for w in said if str(w.message).startswith("fastenv:")))
         kernel = compiled.kernel()
-        return (set() if kernel is None else set(kernel._called)), time.perf_counter() - start
+        return (set() if kernel is None else set(kernel._called)), served, lines, time.perf_counter() - start
     raise RuntimeError("no LIBERO task could be built: " + "; ".join(errors))
 
 
 def main() -> int:
-    from fastenv.backends.libero.compiled import KERNELS
+    """Compile, record what this machine's envs do not run, and say what serves. Exit status 1 only
+    where nothing could be built; a fast path that steps aside by design is reported, not failed."""
+    from fastenv.backends.libero import compiled
 
-    ran, seconds = warm()
-    missing = [name for name in KERNELS if name not in ran]
-    if missing:
-        print(f"fastenv: the compiled control loop's {missing} did not run (it is not used here)", file=sys.stderr)
-        return 1
-    print(f"fastenv: LIBERO's control loop is compiled into numba's cache ({seconds:.1f} s)")
+    ran, served, lines, seconds = warm()
+    kernel = compiled.kernel()
+    why = " ".join(lines) or "the env did not reach it"
+    if kernel is not None:
+        compiled.record_unused(kernel._kernels, {name: why for name in compiled.KERNELS if name not in ran})
+    for line in lines:
+        print(line, file=sys.stderr)
+    serving = [path for path, on in served.items() if on]
+    aside = [path for path, on in served.items() if not on]
+    head = (f"fastenv: LIBERO's control loop is compiled into numba's cache ({seconds:.1f} s)" if kernel is not None and ran
+            else f"fastenv: nothing was compiled ({seconds:.1f} s)")
+    print(f"{head}; serving here: {', '.join(serving) or 'none'}" + (f"; stepping aside (same data, robosuite's code): {', '.join(aside)}"
+                                                                      if aside else ""))
+    if aside:
+        print("fastenv doctor says why each steps aside and what to do")
     return 0
 
 

@@ -508,6 +508,8 @@ class LiberoAdapter:
         context = getattr(raw.sim, "_render_context_offscreen", None)
         return {
             "compiled control loop": bool(loop is not None and loop.compiled and loop._checked),
+            "compiled policy step": bool(loop is not None and loop.compiled and loop._checked and loop._policy is not None
+                                         and loop._policy.checked),
             "fast control loop": loop is not None,
             "observation at a chunk's end": self._clock is not None,
             "in-place reset": not raw.hard_reset,

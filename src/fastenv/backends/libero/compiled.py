@@ -13,10 +13,11 @@ for the robot's buffers. Here an env step runs in two compiled functions (``begi
 - robosuite's own numba-compiled ``opspace_matrices``, ``nullspace_torques``,
   ``orientation_error`` and ``mat2quat`` (robosuite compiles them with numba by default; where it
   does not, this path is not used);
-- the matrix-vector products numpy computes in robosuite's controller (``np.dot``), and the dot
-  product of ``np.convolve`` in the robot's acceleration estimate, through the same BLAS functions
-  of numpy's own library with the same arguments numpy passes (row- or column-major by the
-  operand's layout, as numpy decides);
+- the matrix-vector products numpy computes in robosuite's controller (``np.dot``) through the
+  same BLAS function of numpy's own library with the same arguments numpy passes (row- or
+  column-major by the operand's layout, as numpy decides), so whichever kernel numpy's BLAS runs
+  on this CPU runs here too; the sum of ``np.convolve`` in the robot's acceleration estimate as
+  numpy computes it (its own loop, not BLAS; ``machine_facts``, which finds and checks both);
 - elementwise arithmetic, one IEEE operation per numpy operation (numba fuses none).
 
 The controller's LAPACK calls (an inverse and three pseudo-inverses by SVD per physics step,
@@ -32,7 +33,8 @@ first step compiles them and waits, saying so on stderr past 2 s).
 
 Before an env uses them, ``_ControlLoop`` evaluates the controller, and ``PolicyStep`` the policy
 step, both ways at the env's live state and compares the torques and everything they leave, bit
-for bit; a difference (another numpy, BLAS or robosuite build) and the env keeps the Python loop.
+for bit; a difference (a numpy, BLAS or robosuite build whose arithmetic ``machine_facts`` does not
+recognize) and the env keeps the Python loop.
 The tests compare whole trajectories with the Python loop and with robosuite's own.
 """
 
@@ -40,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import glob
 import os
 import subprocess
 import sys
@@ -51,14 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from fastenv.backends.libero.mujoco_facts import (
-    FULLM_WITH_DATA,
-    FULLM_WITH_INERTIA,
-    facts,
-    mapped_libraries,
-    mujoco_library,
-    step_aside,
-)
+from fastenv.backends.libero import machine_facts
+from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, FULLM_WITH_INERTIA, facts, mujoco_library, step_aside
 
 _KERNEL: Any = None  # None: not built yet; False: unavailable in this process
 
@@ -111,12 +106,59 @@ def compile_mode() -> str:
 
 
 def cached(kernels: Any) -> bool | None:
-    """Whether numba's cache holds every compiled function for this source (None: unknown, where
-    numba's cache internals are not the ones read here)."""
+    """Whether numba's cache holds, compiled for this CPU, every compiled function this machine's
+    envs run (a cache made on another CPU holds nothing this one loads: ``machine_facts.cached_here``;
+    the functions the compile found unused here are not waited for). None: unknown, where numba's
+    cache internals are not the ones read here."""
     try:
-        return all(bool(getattr(kernels, name)._cache._cache_file._load_index()) for name in KERNELS)
+        skip = unused(kernels)
+        found = [machine_facts.cached_here(getattr(kernels, name)) for name in KERNELS if name not in skip]
     except Exception:
         return None
+    return None if None in found else all(found)
+
+
+UNUSED_NAME = "fastenv-compile-unused.json"  # in numba's cache folder: per machine, the functions its envs do not run
+
+
+def _unused_path(kernels: Any) -> str:
+    return os.path.join(kernels.control._cache._cache_path, UNUSED_NAME)
+
+
+def _machine_key() -> str:
+    from numba.core.registry import cpu_target
+
+    blas = machine_facts.blas()
+    return f"{cpu_target.target_context.codegen().magic_tuple()!r} numpy {np.__version__} {blas.library} {blas.core_type}"
+
+
+def unused(kernels: Any) -> dict[str, str]:
+    """The compiled functions the last compile on this machine found its envs do not run, and why
+    (``record_unused``): a process does not compile them again."""
+    import json
+
+    try:
+        with open(_unused_path(kernels)) as f:
+            return dict(json.load(f).get(_machine_key(), {}))
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def record_unused(kernels: Any, names: dict[str, str]) -> None:
+    """Record, for this machine, which compiled functions its envs do not run (name -> why)."""
+    import json
+
+    path = _unused_path(kernels)
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except (OSError, ValueError):
+        table = {}
+    table[_machine_key()] = names
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(table, f, indent=1)
+    os.replace(tmp, path)
 
 
 def ready() -> bool:
@@ -260,27 +302,15 @@ def kernel() -> Kernel | None:
     return _KERNEL or None
 
 
-def _numpy_blas() -> tuple[str, str] | None:
-    """The library of numpy's own CBLAS (64-bit integers) and its names' prefix, or None."""
-    here = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    candidates = sorted(glob.glob(os.path.join(here, "*blas*.so*"))) + mapped_libraries("blas")  # wheels; a system BLAS
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix in ("scipy_", ""):
-            if hasattr(lib, f"{prefix}cblas_dgemv64_") and hasattr(lib, f"{prefix}cblas_ddot64_"):
-                return path, prefix
-    return None
-
-
 def _build() -> Kernel | str:
     """The kernel, or why it cannot serve here."""
     try:
         import numba  # noqa: F401
     except ImportError:
         return "numba is not installed"
+    from fastenv.backends.libero.task import quiet_robosuite_import
+
+    quiet_robosuite_import()
     import robosuite.utils.control_utils as cu
     import robosuite.utils.transform_utils as tu
 
@@ -292,14 +322,18 @@ def _build() -> Kernel | str:
     library = mujoco_library()
     if library is None:
         return "the MuJoCo library the bindings use was not found"
-    blas = _numpy_blas()
-    if blas is None:
-        return "numpy's own 64-bit CBLAS library was not found"
+    found_blas = machine_facts.blas()
+    if not found_blas.usable:
+        return found_blas.why
+    form = machine_facts.convolve_form()
+    if form is None:
+        return (f"numpy {np.__version__} computes np.convolve (robosuite's acceleration estimate) in none of the forms the "
+                f"compiled loop reproduces ({', '.join(machine_facts.CONVOLVE_FORMS)})")
     from fastenv.backends.libero import _kernels
 
     # Opened with ctypes (local symbols): numpy's BLAS shares symbol names with scipy's, which
     # numba's own linear algebra calls, with other integer sizes.
-    libmujoco, libblas = ctypes.CDLL(library), ctypes.CDLL(blas[0])
+    libmujoco = ctypes.CDLL(library)
 
     def address(function: Any) -> np.uintp:
         return np.uintp(ctypes.cast(function, ctypes.c_void_p).value)
@@ -307,5 +341,7 @@ def _build() -> Kernel | str:
     names = ("mj_step1", "mj_step2", "mj_jacSite", "mj_fullM", "mj_getState")
     # the last: which form of mj_fullM the library takes (1: (m, d, dst), 0: (m, dst, M); mujoco_facts)
     mj = (*(address(getattr(libmujoco, n)) for n in names), np.uintp(found.fullm == FULLM_WITH_DATA))
-    numpy_blas = tuple(address(getattr(libblas, f"{blas[1]}cblas_{n}64_")) for n in ("dgemv", "ddot"))
+    # numpy's dgemv and ddot, how its np.convolve sums, whether the BLAS takes 64-bit integers (_kernels)
+    numpy_blas = (np.uintp(found_blas.gemv), np.uintp(found_blas.ddot), np.uintp(machine_facts.CONVOLVE_FORMS.index(form)),
+                  np.uintp(found_blas.int64))
     return Kernel(_kernels, mj, numpy_blas)

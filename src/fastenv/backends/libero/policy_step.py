@@ -7,9 +7,9 @@ robot's buffers of recent values (joint positions, action, torques, end-effector
 pose, velocity and an acceleration estimate: a moving average of velocity differences). In Python
 that is about a hundred numpy calls of a few microseconds each. Here everything after ``set_goal``
 (robosuite's own, which stays Python) runs in one numba function (``_kernels.policy_step``) that
-calls what robosuite calls: the compiled controller, robosuite's numba ``mat2quat`` and numpy's
-BLAS ``ddot`` (what ``np.convolve`` computes with), and can finish the physics step in the same
-call. Python then sets the attributes robosuite sets.
+calls what robosuite calls: the compiled controller and robosuite's numba ``mat2quat``, and sums
+the acceleration estimate's ``np.convolve`` as numpy does (``machine_facts.convolve_form``), and
+can finish the physics step in the same call. Python then sets the attributes robosuite sets.
 
 Once per env, at its first policy step, the compiled step and robosuite's ``robot.control`` run
 from the same state and everything either leaves (actuators, torques, gripper, goal, every buffer)
@@ -25,7 +25,7 @@ import numpy as np
 _DELTA_BUFFERS = ("recent_qpos", "recent_actions", "recent_torques", "recent_ee_forcetorques", "recent_ee_pose", "recent_ee_vel",
                   "recent_ee_acc")
 _RING = "recent_ee_vel_buffer"
-_ACC_WINDOW = 10  # robosuite's SingleArm.control: np.convolve(col, np.ones(10) / 10.0, mode="valid")[0]
+_ACC_WINDOW = 10  # machine_facts.ACC_WINDOW: robosuite's SingleArm.control: np.convolve(col, np.ones(10) / 10.0, mode="valid")[0]
 
 
 class PolicyStep:
@@ -39,7 +39,7 @@ class PolicyStep:
         self.force_at, force_dim = _sensor_slice(sim_model, sensors["force_ee"])
         self.torque_at, torque_dim = _sensor_slice(sim_model, sensors["torque_ee"])
         self.usable = force_dim == 3 and torque_dim == 3
-        # np.convolve reverses its second argument; the products go through one ddot
+        # np.convolve correlates with its second argument reversed (_kernels._convolved)
         self.weights = np.ascontiguousarray((np.ones(_ACC_WINDOW) / 10.0)[::-1])
         self.sensordata = data.sensordata
         self.checked: bool | None = None  # compared with robosuite's robot.control once

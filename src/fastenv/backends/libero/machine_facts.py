@@ -1,0 +1,284 @@
+"""What the compiled LIBERO control loop assumes of the machine, read from this process and checked once.
+
+``mujoco_facts`` says what the loop assumes of MuJoCo; this module says what it assumes of numpy's
+BLAS, of numpy's own arithmetic and of numba, the parts that change from one CPU to another. Each
+fact is read from what this process loaded, never from a version number or a CPU name, and a fact
+that does not hold makes the compiled loop step aside (robosuite's arithmetic then runs, in Python)
+with one warning line saying why. Every way the fast paths depend on the machine:
+
+- **numpy's BLAS kernel.** robosuite's controller computes ``np.dot(matrix, vector)``, which numpy
+  hands to its BLAS (``cblas_dgemv``), and OpenBLAS picks its kernels for the CPU it runs on
+  (``OPENBLAS_CORETYPE`` forces a core type): the products' last bits differ from one kernel to
+  another. The compiled loop calls the same function of the same library numpy calls, found in
+  this process (``blas()``), with the arguments numpy passes, so it runs the kernel numpy runs,
+  whichever that is; before it is used, ``np.dot`` and that function are compared bit for bit on
+  the shapes and layouts the controller multiplies, at several memory alignments. A numpy whose
+  BLAS is another library (MKL, BLIS, a system OpenBLAS, Accelerate) is found the same way by its
+  CBLAS symbols; where none is found, or the comparison fails, the compiled loop steps aside.
+- **numpy's arithmetic outside BLAS.** robosuite's acceleration estimate is
+  ``np.convolve(column, np.ones(10) / 10.0, mode="valid")``. numpy computes a correlation with a
+  kernel of at most 11 values in its own C loop (``small_correlate``), not with BLAS: a sum from
+  0 in order, one rounding per multiplication and addition, whatever the CPU; a numpy compiled
+  with floating-point contraction (GCC's default where the baseline has FMA, e.g. aarch64) fuses
+  each step into one FMA; a numpy without that loop calls BLAS ``ddot``. ``convolve_form()`` finds
+  which of the three this numpy computes, value for value on random columns, and the compiled
+  loop computes that one; none of them and it steps aside.
+- **What numba compiles for.** numba compiles for this CPU's name and features (AVX-512 where
+  there is AVX-512). Its arithmetic is IEEE's, one rounding per operation, with no fused or
+  reordered operations (no ``fastmath``), so the instructions it picks do not change a bit. Its
+  on-disk cache keys each entry by the CPU name and features it was compiled for: a cache made
+  on another machine (a shared file system, a container image) holds nothing this CPU loads, so
+  it is compiled again here, never run on a CPU that lacks its instructions. ``cached_here``
+  asks the cache for this CPU's entries, so a foreign cache does not pass for a filled one.
+- **Threads.** numpy's BLAS and numba's LAPACK run the controller's small products (at most
+  7 x 7) on one thread, whatever ``OPENBLAS_NUM_THREADS`` says: OpenBLAS splits an operation
+  over threads only past sizes far beyond these. fastenv's workers set the thread variables to 1
+  for speed, not for equality.
+- **The renderer.** Images come from the GL implementation the process loaded (Mesa's llvmpipe,
+  NVIDIA's EGL): the stock env and fastenv's render through the same one in the same process,
+  and equal images are compared there. Across machines, images differ as the stock env's do.
+
+``describe()`` gathers these facts for ``fastenv doctor``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import random
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from fastenv.backends.libero.mujoco_facts import mapped_libraries
+
+# The acceleration estimate's window (robosuite's SingleArm.control: np.convolve(col, np.ones(10) / 10.0, mode="valid")[0])
+ACC_WINDOW = 10
+
+# How numpy computes that window's sum (``convolve_form``); the compiled loop takes the index.
+CONVOLVE_FORMS = ("sequential", "fused", "blas")
+
+# CBLAS symbol names numpy's BLAS may export, with whether their integers are 64-bit: the wheels'
+# scipy-openblas (ILP64, prefixed), an ILP64 OpenBLAS, MKL's ILP64 names, then the plain LP64 names.
+_SYMBOLS = (("scipy_", "64_", True), ("", "64_", True), ("", "_64", True), ("", "", False))
+_BLAS_NAMES = ("blas", "mkl", "blis", "accelerate", "flexiblas")
+
+# np.dot(matrix, vector) shapes the controller computes (k = 7 joints): the Jacobians times qvel,
+# the operational-space matrices times the desired force, torque or wrench, J_full.T times the wrench.
+_DOT_SHAPES = ((3, 7), (3, 9), (3, 3), (6, 6), (7, 6), (6, 7), (7, 7))
+
+
+@dataclass(frozen=True)
+class Blas:
+    """numpy's BLAS as this process loaded it."""
+
+    library: str | None  # the shared library's path
+    symbol: str  # its dgemv's name, e.g. scipy_cblas_dgemv64_
+    int64: bool  # whether its integers are 64-bit
+    gemv: int = 0  # the functions' addresses (0: not found)
+    ddot: int = 0
+    vendor: str = "unknown"  # threadpoolctl's internal_api: openblas, mkl, blis, flexiblas...
+    core_type: str | None = None  # the kernel set OpenBLAS dispatched to (its "architecture"), e.g. SkylakeX
+    version: str | None = None
+    why: str = ""  # why the compiled loop cannot use it ("" where it can)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def usable(self) -> bool:
+        return not self.why
+
+
+@lru_cache(maxsize=None)
+def blas() -> Blas:
+    """numpy's own BLAS: the library and CBLAS functions ``np.dot`` calls, checked against ``np.dot``
+    bit for bit (read once per process)."""
+    found = _find_blas()
+    if found is None:
+        libraries = _candidate_libraries()
+        return Blas(None, "", False, why="no CBLAS dgemv/ddot of numpy's BLAS was found in "
+                    f"{', '.join(os.path.basename(p) for p in libraries) or 'the loaded libraries'}")
+    path, prefix, suffix, int64 = found
+    lib = ctypes.CDLL(path)
+    gemv, ddot = (getattr(lib, f"{prefix}cblas_{n}{suffix}") for n in ("dgemv", "ddot"))
+    info = _threadpool_info(path)
+    out = Blas(
+        path, f"{prefix}cblas_dgemv{suffix}", int64, _address(gemv), _address(ddot), vendor=info.get("internal_api", "unknown"),
+        core_type=info.get("architecture"), version=info.get("version"),
+    )
+    mismatch = _dot_mismatch(gemv, int64)
+    if mismatch:
+        return Blas(out.library, out.symbol, int64, out.gemv, out.ddot, out.vendor, out.core_type, out.version,
+                    why=f"np.dot differs from {out.symbol} of {os.path.basename(path)} ({mismatch})")
+    return out
+
+
+def _candidate_libraries() -> list[str]:
+    """Libraries that may be numpy's BLAS: a wheel's own (numpy.libs, first), then the loaded ones."""
+    here = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    own = sorted(glob.glob(os.path.join(here, "*.so*")))
+    loaded = [p for name in _BLAS_NAMES for p in mapped_libraries(name)]
+    return list(dict.fromkeys(own + loaded))
+
+
+def _find_blas() -> tuple[str, str, str, bool] | None:
+    for path in _candidate_libraries():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix, int64 in _SYMBOLS:
+            if hasattr(lib, f"{prefix}cblas_dgemv{suffix}") and hasattr(lib, f"{prefix}cblas_ddot{suffix}"):
+                return path, prefix, suffix, int64
+    return None
+
+
+def _address(function: Any) -> int:
+    return int(ctypes.cast(function, ctypes.c_void_p).value or 0)
+
+
+def _threadpool_info(path: str) -> dict[str, Any]:
+    """threadpoolctl's record of the library at ``path`` (its vendor, core type and version), if
+    threadpoolctl is installed."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {}
+    real = os.path.realpath(path)
+    for info in threadpool_info():
+        if os.path.realpath(info.get("filepath", "")) == real:
+            return info
+    return {}
+
+
+def _dot_mismatch(gemv: Any, int64: bool) -> str:
+    """"" where ``gemv``, called as numpy's ``cblas_matrixproduct`` calls it, equals ``np.dot`` bit for
+    bit on the controller's shapes, both layouts and several alignments; else the first difference."""
+    integer = ctypes.c_int64 if int64 else ctypes.c_int32
+    gemv.restype = None
+    gemv.argtypes = [ctypes.c_int, ctypes.c_int, integer, integer, ctypes.c_double, ctypes.c_void_p, integer, ctypes.c_void_p,
+                     integer, ctypes.c_double, ctypes.c_void_p, integer]
+    rng = np.random.default_rng(0)
+
+    def placed(shape: tuple[int, ...], offset: int, order: str) -> np.ndarray:
+        size = int(np.prod(shape))
+        return np.empty(size + 8)[offset:offset + size].reshape(shape, order=order)
+
+    for case in range(4 * len(_DOT_SHAPES)):
+        m, n = _DOT_SHAPES[case % len(_DOT_SHAPES)]
+        a = placed((m, n), case % 3, "C" if case % 2 else "F")
+        a[:] = rng.standard_normal((m, n)) * 10.0 ** rng.uniform(-4, 4, (m, n))
+        x = placed((n,), case % 4, "C")
+        x[:] = rng.standard_normal(n) * 10.0 ** rng.uniform(-4, 4, n)
+        out = placed((m,), (case + 1) % 4, "C")
+        order, lda = (101, max(n, 1)) if a.flags.c_contiguous else (102, max(m, 1))  # CblasRowMajor / CblasColMajor
+        gemv(order, 111, m, n, 1.0, a.ctypes.data, lda, x.ctypes.data, 1, 0.0, out.ctypes.data, 1)
+        if out.tobytes() != np.dot(a, x).tobytes():
+            return f"a {m}x{n} {'C' if a.flags.c_contiguous else 'Fortran'}-ordered matrix"
+    return ""
+
+
+@lru_cache(maxsize=None)
+def convolve_form() -> str | None:
+    """How numpy computes ``np.convolve(column, np.ones(10) / 10.0, mode="valid")`` (one of
+    ``CONVOLVE_FORMS``), found value for value on random columns; None: none of them."""
+    weights = np.ones(ACC_WINDOW) / 10.0
+    reversed_weights = [float(w) for w in weights[::-1]]  # np.convolve correlates with the reversed kernel
+    found = blas()
+    ddot = None
+    if found.ddot:
+        integer = ctypes.c_int64 if found.int64 else ctypes.c_int32
+        ddot = ctypes.CFUNCTYPE(ctypes.c_double, integer, ctypes.c_void_p, integer, ctypes.c_void_p, integer)(found.ddot)
+    kernel = np.ascontiguousarray(weights[::-1])
+    rng = random.Random(0)
+    candidates = {"sequential": True, "fused": True, "blas": ddot is not None}
+    for _ in range(48):
+        column = np.array([rng.gauss(0.0, 1.0) * 10.0 ** rng.uniform(-6, 6) for _ in range(ACC_WINDOW)])
+        expected = float(np.convolve(column, weights, mode="valid")[0])
+        values = [float(v) for v in column]
+        if candidates["sequential"]:
+            total = 0.0
+            for v, w in zip(values, reversed_weights):
+                total += v * w
+            candidates["sequential"] = _same(total, expected)
+        if candidates["fused"]:
+            total = 0.0
+            for v, w in zip(values, reversed_weights):
+                total = _fma(v, w, total)
+            candidates["fused"] = _same(total, expected)
+        if candidates["blas"]:
+            candidates["blas"] = _same(0.0 + ddot(ACC_WINDOW, column.ctypes.data, 1, kernel.ctypes.data, 1), expected)
+    for form in CONVOLVE_FORMS:  # more than one can match only by chance; the first is numpy's usual
+        if candidates[form]:
+            return form
+    return None
+
+
+def _fma(a: float, b: float, c: float) -> float:
+    """a * b + c rounded once (``Fraction`` is exact; its conversion to float rounds to nearest, ties to even)."""
+    if not all(np.isfinite((a, b, c))):
+        return a * b + c
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def _same(a: float, b: float) -> bool:
+    return np.float64(a).tobytes() == np.float64(b).tobytes()
+
+
+# numba
+
+
+def numba_target() -> dict[str, Any]:
+    """What numba compiles for here: its version, the CPU name and features (``NUMBA_CPU_NAME`` /
+    ``NUMBA_CPU_FEATURES`` where set), and the key its cache files entries under."""
+    try:
+        import numba
+        from numba.core import config
+        from numba.core.registry import cpu_target
+    except ImportError:
+        return {"numba": None}
+    codegen = cpu_target.target_context.codegen()
+    magic = codegen.magic_tuple()
+    features = str(magic[2])
+    return {
+        "numba": numba.__version__,
+        "triple": magic[0],
+        "cpu_name": magic[1],
+        "avx512": "+avx512f" in features,
+        "avx2": "+avx2" in features,
+        "fma": "+fma" in features,
+        "cpu_name_set": config.CPU_NAME,
+        "cpu_features_set": config.CPU_FEATURES,
+        "magic": magic,
+    }
+
+
+def cached_here(function: Any) -> bool | None:
+    """Whether numba's cache holds ``function`` (a ``numba.njit(cache=True)`` dispatcher) compiled
+    for this CPU: an entry under this machine's key, not only under another's. None: unknown (numba's
+    cache internals are not the ones read here)."""
+    try:
+        from numba.core.registry import cpu_target
+
+        magic = cpu_target.target_context.codegen().magic_tuple()
+        index = function._cache._cache_file._load_index()
+        return any(isinstance(key, tuple) and len(key) > 1 and key[1] == magic for key in index)
+    except Exception:
+        return None
+
+
+def describe() -> dict[str, Any]:
+    """The machine facts the compiled loop reads (``fastenv doctor``)."""
+    found = blas()
+    return {
+        "blas": {
+            "library": found.library and os.path.basename(found.library), "vendor": found.vendor, "core_type": found.core_type,
+            "version": found.version, "symbol": found.symbol or None, "int64": found.int64, "np.dot equal": found.usable,
+            "why": found.why or None, "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        },
+        "convolve_form": convolve_form(),
+        "numba": {k: v for k, v in numba_target().items() if k != "magic"},
+    }

@@ -1,0 +1,57 @@
+"""`fastenv doctor`: what this machine gives the fast paths, and for each that does not serve, why and what to do."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fastenv.doctor import advice
+
+
+def doctor(*args, **env):
+    run = subprocess.run([sys.executable, "-m", "fastenv.cli", "doctor", *args], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, **env})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
+@pytest.mark.libero
+def test_doctor_builds_an_env_and_says_which_fast_paths_serve_and_why_one_does_not(tmp_path):
+    # One path turned off by its switch: the doctor names it, with the switch to change; the others serve.
+    out = tmp_path / "doctor.json"
+    run = doctor("--json", str(out), FASTENV_SHARE_RENDER="0")
+    report = json.loads(out.read_text())
+    paths = report["libero env"]["fast_paths"]
+    assert set(paths) >= {"compiled control loop", "compiled policy step", "fast control loop", "observation at a chunk's end",
+                          "in-place reset", "shared render context", "contact check by geom id"}
+    assert [p for p, on in paths.items() if not on] == ["shared render context"]
+    assert report["libero env"]["aside"]["shared render context"]["do"].startswith("FASTENV_SHARE_RENDER=0 is set")
+    assert "ASIDE   shared render context" in run.stdout and "do:  FASTENV_SHARE_RENDER=0 is set: unset it" in run.stdout
+    assert "serves  compiled policy step" in run.stdout
+    # the machine's facts: numpy's BLAS and the kernel set it runs, numba's target, its cache for this CPU
+    blas = report["compiled loop"]["blas"]
+    assert blas["vendor"] == "openblas" and blas["core_type"] and blas["np.dot equal"] is True
+    assert f"{blas['core_type']} kernels" in run.stdout
+    assert report["compiled loop"]["convolve_form"] == "sequential"
+    assert report["compiled loop"]["cache"]["complete"] is True and "holds the control loop compiled for this CPU" in run.stdout
+    assert report["maniskill"]["installed"] is False or "ManiSkill" in run.stdout
+    assert "steps aside" not in run.stderr
+
+
+@pytest.mark.libero
+def test_doctor_without_an_env_names_a_forced_blas_kernel_set():
+    run = doctor("--no-env", OPENBLAS_CORETYPE="Nehalem")
+    assert "Nehalem kernels, forced by OPENBLAS_CORETYPE=Nehalem" in run.stdout
+    assert "fast paths of a LIBERO env" not in run.stdout
+
+
+def test_advice_names_what_to_change_from_the_line_a_path_said():
+    line = ("fastenv: the compiled control loop steps aside for robosuite's own code: np.dot differs from scipy_cblas_dgemv64_ of "
+            "libopenblas.so (a 6x6 C-ordered matrix)")
+    said = advice("compiled control loop", [line, "fastenv: the contact check by geom id steps aside for robosuite's own code: ..."])
+    assert said["why"] == line and "numpy's own wheel" in said["do"]
+    numba = advice("compiled control loop", ["fastenv: the compiled control loop steps aside for robosuite's own code: numba is not installed; ..."])
+    assert numba["do"].startswith("install numba: ") and "[numba]" in numba["do"]
+    assert advice("in-place reset", [])["do"].startswith("hard_reset=True was asked for")  # a switch, not a step-aside
