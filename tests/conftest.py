@@ -12,6 +12,9 @@ import pytest
 # cache is empty, each test process compiles it before its first step (tests/test_first_step.py
 # checks the default, a background compile).
 os.environ.setdefault("FASTENV_COMPILE", "inline")
+# Two test processes share a 2-core machine (pytest-xdist): Mesa's llvmpipe renders on one thread in
+# each (images do not depend on its thread count), so they do not oversubscribe the cores.
+os.environ.setdefault("LP_NUM_THREADS", "1")
 
 SMALL = 64  # camera side for tests: small, but every render still goes through MuJoCo + EGL
 
@@ -104,7 +107,64 @@ def pytest_runtest_setup(item):
         pytest.fail(item.stash[MISSING], pytrace=False)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "ci_sample(group, keep=1): one of several end-to-end runs of the same claim; under CI, `keep` of the group's tests "
+        "run, drawn by the commit (FASTENV_CONFORM_SEED replays a draw, FASTENV_CI_FULL=1 runs them all)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "big_memory: builds many simulators at once; one such test at a time over the test processes (a machine-wide lock)",
+    )
+
+
+def ci_sampled_out(items: list) -> list:
+    """Under CI (unless FASTENV_CI_FULL is set), the ``ci_sample`` tests the commit's draw leaves out:
+    the same draw in every test process (it depends on the commit and the collection only)."""
+    import random
+
+    if not os.environ.get("CI") or os.environ.get("FASTENV_CI_FULL"):
+        return []
+    from fastenv.conformance import sample_seed
+
+    groups: dict[str, list] = {}
+    keep: dict[str, int] = {}
+    for item in items:
+        marker = item.get_closest_marker("ci_sample")
+        if marker is not None:
+            groups.setdefault(marker.args[0], []).append(item)
+            keep[marker.args[0]] = int(marker.kwargs.get("keep", 1))
+    out = []
+    seed = sample_seed()
+    for name, members in sorted(groups.items()):
+        chosen = set(random.Random(f"{seed}:{name}").sample(range(len(members)), min(keep[name], len(members))))
+        out += [item for i, item in enumerate(members) if i not in chosen]
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _one_big_memory_test_at_a_time(request):
+    """Tests marked ``big_memory`` hold a lock shared by the test processes while they run, so two of
+    them (each building several LIBERO envs, a GB or more each) never run at once."""
+    if request.node.get_closest_marker("big_memory") is None:
+        yield
+        return
+    import fcntl
+
+    fd = os.open(os.path.join(ROOT, ".pytest-big-memory.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def pytest_collection_modifyitems(config, items):
+    sampled_out = ci_sampled_out(items)
+    if sampled_out:
+        items[:] = [item for item in items if item not in sampled_out]
+        config.hook.pytest_deselected(items=sampled_out)
     checks = {"libero": _libero_missing_reason, "maniskill": _maniskill_missing_reason}
     for marker, check in checks.items():
         marked = [item for item in items if marker in item.keywords]

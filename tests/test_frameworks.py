@@ -93,6 +93,7 @@ def _rlinf_python() -> Path:
 
 @pytest.mark.libero
 @pytest.mark.timeout(1800)
+@pytest.mark.ci_sample("RLinf's stack")
 def test_the_rlinf_drop_in_equals_rlinfs_own_liberoenv_and_env_worker(tmp_path):
     """One sample per commit of the sweep ``python -m fastenv.conformance.rlinf`` runs whole: one of
     RLinf's modes (train, groups, ignore_terminations, eval, step penalty, libero_10) through reset,

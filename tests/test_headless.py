@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
-from fakes import CountingEnv, FakeAdapter
+from fakes import CountingEnv
 
 import fastenv
-from fastenv import HeadlessRender, SimEnv
+from fastenv import HeadlessRender
 
 
 def test_existing_viewer_is_closed_and_frames_kept_as_arrays():

@@ -227,6 +227,7 @@ def _rlinf_python():
 
 @pytest.mark.libero
 @pytest.mark.timeout(1800)
+@pytest.mark.ci_sample("RLinf's stack")
 def test_a_conformance_sample_on_rlinfs_stack_equals_its_own_env(tmp_path):
     python = _rlinf_python()
     seed = conformance.sample_seed()

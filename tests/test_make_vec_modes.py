@@ -53,6 +53,7 @@ def test_async_with_fork_is_refused_at_once_saying_what_to_use(tmp_path):
     assert "Traceback" in run.stderr and "Worker<AsyncVectorEnv>" not in run.stderr  # refused before any worker started
 
 
+@pytest.mark.big_memory
 def test_every_other_mode_runs_and_gives_the_same_observations(tmp_path):
     runs = {
         "vector_entry_point (default)": run_mode(tmp_path, "-", "-"),

@@ -11,13 +11,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import maniskill_patches as mp
 import numpy as np
 import pytest
-from helpers import commit_seed, skip_unless_script_imports
+from helpers import skip_unless_script_imports
 
 torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
 pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
@@ -474,6 +473,7 @@ def test_the_drop_ins_visual_observation_is_maniskills_nested_one():
         stock.close()
 
 
+@pytest.mark.ci_sample("FlattenRGBDObservationWrapper flags")
 @pytest.mark.parametrize("flags", [
     dict(rgb=True, depth=False, state=True),  # ppo_rgb.py's
     dict(rgb=True, depth=True, state=True, sep_depth=False),  # one "rgbd" array
@@ -629,17 +629,9 @@ def test_maniskills_ppo_rgb_script_runs_with_its_default_flags(tmp_path):
         assert obs["state"].dtype == np.float32 and f["traj_0/actions"].shape == (50, 8)
 
 
-def _one_per_commit_in_ci(options: list[str]) -> list[Any]:
-    """All of ``options`` outside CI; in CI one, drawn by the commit (``helpers.commit_seed``), the
-    others skipped with the reason."""
-    if not os.environ.get("CI"):
-        return options
-    drawn = options[commit_seed() % len(options)]
-    return [pytest.param(o, marks=pytest.mark.skipif(o != drawn, reason=f"CI runs one of {options} per commit ({drawn!r} here)"))
-            for o in options]
-
-
-@pytest.mark.parametrize("obs", _one_per_commit_in_ci(["state", "rgb"]))
+@pytest.mark.big_memory
+@pytest.mark.ci_sample("the PPO-shaped benchmark")
+@pytest.mark.parametrize("obs", ["state", "rgb"])
 def test_the_ppo_shaped_benchmark_runs_every_stack(tmp_path, obs):
     # bench_maniskill.py --parts ppo, small: every stack runs whole PPO iterations and is reported.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -258,6 +258,7 @@ def stock_cpu(out: Path, video_steps: int):
 
 
 @pytest.mark.maniskill
+@pytest.mark.big_memory
 def test_cpu_recording_writes_maniskills_files(tmp_path, monkeypatch):
     # ManiSkill's PPO script on the CPU: its default sim_backend asks for CUDA (replaced, said once),
     # RecordEpisode records the eval envs. One env (all ManiSkill's CPU simulation holds): byte for
@@ -428,6 +429,7 @@ def cpu_script(tmp_path: Path, *, enhanced_determinism: bool, record: bool, igno
 
 
 @pytest.mark.maniskill
+@pytest.mark.ci_sample("the script on the CPU")
 @pytest.mark.parametrize("ignore_terminations", [True, False])
 def test_the_script_on_the_cpu_sees_maniskills_infos_and_files(tmp_path, ignore_terminations):
     # ppo.py with one CPU env on the real simulator (enhanced_determinism), recording: everything it
@@ -443,6 +445,7 @@ def test_the_script_on_the_cpu_sees_maniskills_infos_and_files(tmp_path, ignore_
 
 
 @pytest.mark.maniskill
+@pytest.mark.ci_sample("CPU autoreset episodes")
 @pytest.mark.parametrize("enhanced_determinism", [False, True])
 def test_cpu_autoreset_episodes_are_maniskills_with_enhanced_determinism(tmp_path, enhanced_determinism):
     # What docs/backends/maniskill.md says: an unseeded reset (every autoreset) draws from torch's

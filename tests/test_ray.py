@@ -205,6 +205,7 @@ def test_bad_options_and_startup_failure(cluster):
 
 
 @pytest.mark.libero
+@pytest.mark.big_memory
 def test_libero_on_ray_matches_local_processes(cluster):
     kwargs = dict(suite="libero_10", task_id=0, chunk=4, camera_size=32, max_episode_steps=12)
     on_ray = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, backend="ray", ray_options={"num_cpus": 0.5}, **kwargs)

@@ -14,8 +14,11 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True, timeout=900)
 
 
+# Two end-to-end runs of one claim (the same PPO run, bit for bit): CI runs one per commit.
 @pytest.mark.libero
 @pytest.mark.maniskill
+@pytest.mark.big_memory
+@pytest.mark.ci_sample("the same PPO run")
 def test_training_benchmark_finds_both_runs_identical_at_every_update(tmp_path):
     pytest.importorskip("torch")
     out = run(
@@ -38,6 +41,8 @@ def test_training_benchmark_finds_both_runs_identical_at_every_update(tmp_path):
 
 
 @pytest.mark.maniskill
+@pytest.mark.big_memory
+@pytest.mark.ci_sample("the same PPO run")
 def test_the_learning_curve_example_runs_both_stacks_identically(tmp_path):
     pytest.importorskip("torch")
     out = run("examples/same_run.py", "--total-steps", "400", "--num-envs", "4", "--out", str(tmp_path))

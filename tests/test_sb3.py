@@ -113,6 +113,7 @@ def test_tensors_of_a_torch_backend_come_out_as_numpy():
 
 
 @pytest.mark.libero
+@pytest.mark.big_memory
 def test_ppo_trains_on_libero_through_the_adapter():
     venv = make_vec_env("fastenv/Libero-v0", 2, num_workers=2, chunk=4, camera_size=64, max_episode_steps=40)
     try:

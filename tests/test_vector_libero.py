@@ -15,6 +15,7 @@ pytestmark = pytest.mark.libero
 ENV_KWARGS = dict(suite="libero_10", task_id=0, chunk=4, camera_size=32, max_episode_steps=10)
 
 
+@pytest.mark.big_memory
 def test_libero_vector_env_matches_sync_vector_env_with_final_observations():
     from fastenv.backends.libero import make_env
 
@@ -71,6 +72,7 @@ def test_unknown_vector_option_is_named():
         make_vec(2, num_worker=2)
 
 
+@pytest.mark.big_memory
 def test_an_envs_episodes_are_the_same_in_any_layout_on_a_task_with_random_fixtures():
     # libero_90 task 35 places its microwave at random at every reset: each env's episodes (seeded,
     # then unseeded autoresets) are the same alone in its worker process, sharing one worker
