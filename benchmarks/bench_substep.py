@@ -55,6 +55,10 @@ CONFIGS = ("robosuite's loop", "fastenv, Python loop", "fastenv", "compiled phys
 
 def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int, only: tuple[str, ...] = CONFIGS) -> dict[str, Any]:
     import mujoco
+
+    from fastenv.backends.libero.task import quiet_robosuite_import
+
+    quiet_robosuite_import()
     from robosuite.utils.control_utils import opspace_matrices
 
     from fastenv.backends.libero import make_env
@@ -143,6 +147,7 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int, only: 
         run(config, 0)
     loop = adapter._control_loop()
     compiled_used = bool(loop is not None and loop._checked)
+    policy_step_used = bool(compiled_used and loop._policy is not None and loop._policy.checked)
     for r in range(rounds):
         for config in configs:
             samples[config].append(run(config, r % 10))
@@ -158,7 +163,7 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int, only: 
                                         if "robosuite's loop" in samples else None),
             "samples_ms": v,
         })
-    return {"rows": rows, "compiled_used": compiled_used, "physics_steps_per_substep": adapter._n_substeps}
+    return {"rows": rows, "compiled_used": compiled_used, "policy_step_used": policy_step_used, "physics_steps_per_substep": adapter._n_substeps}
 
 
 SHORT = {"robosuite": "robosuite's loop", "python": "fastenv, Python loop", "fastenv": "fastenv", "floor": "compiled physics steps",
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        ("spread_ms", "spread", ".3f"), ("x_raw_mj_step", "x raw mj_step", ".2f"),
                        ("x_faster_than_robosuite", "x faster than robosuite's", ".2f")])
     payload = {"benchmark": "substep_per_suite", "rounds": args.rounds, "steps": args.steps, "seed": args.seed, "tasks": per_task,
-               "rows": rows, "machine": machine()}
+               "rows": rows, "machine": machine(), "command": "python benchmarks/bench_substep.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     if len(tasks) > len({suite for suite, _ in tasks}):  # a sweep: several tasks of a suite
         payload["summary"] = sweep_summary(rows)
         print()

@@ -28,3 +28,35 @@ def test_a_missing_simulator_fails_in_ci_and_skips_elsewhere(tmp_path, ci, outco
         probe.unlink()
     assert out.returncode == code, out.stdout[-2000:]
     assert outcome in out.stdout
+
+
+class _Item:
+    def __init__(self, name, group=None, keep=1):
+        self.name = name
+        self._marker = None if group is None else type("Mark", (), {"args": (group,), "kwargs": {"keep": keep}})()
+
+    def get_closest_marker(self, name):
+        return self._marker if name == "ci_sample" else None
+
+
+def test_ci_runs_a_draw_of_each_sampled_group_that_the_commit_decides(monkeypatch):
+    # Under CI the tests of a ci_sample group run `keep` of their members, drawn by the commit's
+    # seed (the same draw in every test process); FASTENV_CI_FULL or no CI runs them all.
+    from conftest import ci_sampled_out
+
+    items = [_Item("a", "g"), _Item("b", "g"), _Item("c", "g"), _Item("d", "h", keep=2), _Item("e", "h", keep=2), _Item("f")]
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.delenv("FASTENV_CI_FULL", raising=False)
+    draws = set()
+    for seed in ("1", "2", "3", "4", "5", "6"):
+        monkeypatch.setenv("FASTENV_CONFORM_SEED", seed)
+        out = ci_sampled_out(items)
+        assert out == ci_sampled_out(list(items))  # a replayable draw
+        assert sum(i.name in "abc" for i in out) == 2 and sum(i.name in "de" for i in out) == 0 and "f" not in [i.name for i in out]
+        draws.add(tuple(i.name for i in out))
+    assert len(draws) > 1  # the draw moves with the seed
+    monkeypatch.setenv("FASTENV_CI_FULL", "1")
+    assert ci_sampled_out(items) == []
+    monkeypatch.delenv("FASTENV_CI_FULL")
+    monkeypatch.delenv("CI")
+    assert ci_sampled_out(items) == []

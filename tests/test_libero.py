@@ -756,7 +756,7 @@ def test_the_substep_benchmark_runs_every_configuration_and_the_compiled_loop(tm
     rows = {row["config"]: row for row in payload["rows"]}
     assert list(rows) == list(bench_substep.CONFIGS)
     assert rows["raw mj_step"]["x_raw_mj_step"] == 1.0 and all(row["ms_per_substep"] > 0 for row in rows.values())
-    assert payload["tasks"]["libero_object:0"] == {"compiled_used": True, "physics_steps_per_substep": 25}
+    assert payload["tasks"]["libero_object:0"] == {"compiled_used": True, "policy_step_used": True, "physics_steps_per_substep": 25}
 
 
 def test_the_substep_benchmark_sweeps_every_task_and_names_the_worst(tmp_path):

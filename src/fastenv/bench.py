@@ -342,12 +342,13 @@ def _device(name: str, policy_cores: list[int]) -> Any:
 
 
 # Reference costs for the estimate printed before a run: ms of wall time per env step of each
-# configuration and seconds per vector-env build, on a 2-core machine without GPU (4 envs, 128-px
-# camera; docs/benchmarks.md, results/fastenv_bench_2core_default.json: 9.0 min), and the overhead
-# the sum misses.
-REFERENCE_MS_PER_ENV_STEP = {"Default": 122.6, "+Slim": 79.7, "+SkipObs": 20.1, "+Pipeline": 19.3, "+Async": 19.8, "+FastReset": 16.8, "+FastSubstep": 13.7}
-REFERENCE_BUILD_S = {"stock": 25.0, "slim": 15.0, "chunked": 15.0}
-REFERENCE_OVERHEAD = 1.3
+# configuration and seconds per vector-env build, on a 2-core machine without GPU (an AVX-512 one,
+# 4 envs, 128-px camera; docs/benchmarks.md, results/fastenv_bench_2core_avx512.json: 10.2 min in
+# all), and the overhead the sum misses (warm-ups, resets before timing, closing).
+REFERENCE_MS_PER_ENV_STEP = {"Default": 164.0, "+Slim": 103.9, "+SkipObs": 24.5, "+Pipeline": 24.5, "+Async": 23.5, "+FastReset": 21.9,
+                             "+FastSubstep": 15.2}
+REFERENCE_BUILD_S = {"stock": 25.0, "slim": 13.0, "chunked": 13.0}
+REFERENCE_OVERHEAD = 1.25
 
 
 def estimate_seconds(cfg: BenchConfig, only: list[str] | None = None) -> float:

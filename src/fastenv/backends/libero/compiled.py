@@ -24,7 +24,7 @@ The controller's LAPACK calls (an inverse and three pseudo-inverses by SVD per p
 robosuite's ``opspace_matrices``) are most of what a compiled step costs beyond MuJoCo's own.
 
 The compiled functions (``_kernels.py``) take the C functions' addresses as arguments, so numba
-caches them on disk: they are compiled once per machine (15-25 s), later processes load them.
+caches them on disk: they are compiled once per machine (20-40 s), later processes load them.
 Where numba's cache does not hold them yet, a child process compiles them into it
 (``python -m fastenv.backends.libero._warm``; ``fastenv compile`` does the same in the
 foreground), and the Python loop, the same arithmetic bit for bit, serves until it is done, so a
@@ -73,7 +73,7 @@ def compiling_notice() -> Iterator[None]:
         if not _noticed:
             _noticed = True
             print(
-                "fastenv: compiling LIBERO's control loop with numba (once per machine, typically 15-25 s; "
+                "fastenv: compiling LIBERO's control loop with numba (once per machine, typically 20-40 s; "
                 "later processes load it from numba's cache)...",
                 file=sys.stderr, flush=True,
             )
@@ -246,7 +246,7 @@ def _start_background(kernels: Any) -> str | None:
         os.close(fd)
     print(
         "fastenv: compiling LIBERO's control loop with numba in a background process (once per machine, typically "
-        "15-25 s); until it is done the Python control loop, the same arithmetic bit for bit, steps the envs",
+        "20-40 s); until it is done the Python control loop, the same arithmetic bit for bit, steps the envs",
         file=sys.stderr, flush=True,
     )
     return lock_path

@@ -76,6 +76,7 @@ class _ControlLoop:
         self._option = self.model.opt
         self._no_sensors = int(mujoco.mjtDisableBit.mjDSBL_SENSOR)
         self._sensors_without_plugins = self.model.nsensor > 0 and self.model.nplugin == 0  # fixed with the model
+        self._gripper_steps: dict[tuple[Any, ...], np.ndarray] = {}  # (speed, sign of the action) -> the gripper's step
 
     @classmethod
     def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
@@ -109,7 +110,7 @@ class _ControlLoop:
 
     def usable(self) -> bool:
         """Whether MuJoCo's split step (``mj_step1``, ``mj_step2``) is its whole step here."""
-        integrator = self.model.opt.integrator
+        integrator = self._option.integrator  # (model.opt makes a new wrapper at each access)
         if integrator == _RK4 or self.mujoco.get_mjcb_control() is not None:
             step_aside("the fast control loop", "mj_step is not mj_step1 then mj_step2 here (the RK4 integrator, or a control callback)")
             return False
@@ -219,7 +220,7 @@ class _ControlLoop:
         panda = type(gripper).format_action.__qualname__ == "PandaGripper.format_action"
         if panda:
             assert len(gripper_action) == gripper.dof
-            gripper_step = np.array([-1.0, 1.0]) * gripper.speed * np.sign(gripper_action)
+            gripper_step = self._gripper_step(gripper.speed, gripper_action)
         sim.forward = _no_forward  # the controller's own forward repeats the loop's: skipped
         try:
             if panda and sample_at != 1 and self._checked and self._compiled_step(controller, action, gripper_step, n_physics, sample_at, point):
@@ -254,6 +255,18 @@ class _ControlLoop:
                 step2(model, data)
         finally:
             del sim.forward
+
+    def _gripper_step(self, speed: Any, gripper_action: np.ndarray) -> np.ndarray:
+        """``np.array([-1.0, 1.0]) * speed * np.sign(gripper_action)``, made once per speed and sign
+        (the loops only read it)."""
+        sign = np.sign(gripper_action)
+        key = (speed, *sign.tolist())
+        step = self._gripper_steps.get(key)
+        if step is None:
+            step = np.array([-1.0, 1.0]) * speed * sign
+            if np.isfinite(sign).all():  # a NaN sign is no key
+                self._gripper_steps[key] = step
+        return step
 
     # The compiled physics steps (``compiled.py``): the same calls in one numba function.
 
@@ -360,7 +373,7 @@ class _ControlLoop:
             "J_pos": s[o:o + 3 * k].reshape(k, 3).T, "J_ori": s[o + 3 * k:o + 6 * k].reshape(k, 3).T,
             "mass_matrix": s[o + 6 * k:o + 6 * k + k * k].reshape(k, k).T,
         }
-        out["J_full"] = np.vstack([out["J_pos"], out["J_ori"]])
+        out["J_full"] = np.concatenate((out["J_pos"], out["J_ori"]))  # np.vstack's result (C order), without its Python
         if torques:
             out["torques"] = s[s.shape[0] - k:]
         return out

@@ -152,6 +152,7 @@ class SampleClock:
                 raise IrregularSampling(why)
         # What each sample runs, as seen here: a change later (``modify_observable``) is noticed.
         self._functions = [(o._corrupter, o._filter, o._delayer) for o in self.observables]
+        self._steps: dict[tuple[Any, ...], Any] = {}  # _timer_steps' answers
 
     def advance(self, n: int, dt: float) -> int:
         """Run ``n`` physics steps of the timers; the physics step that samples (0: none)."""
@@ -175,21 +176,37 @@ class SampleClock:
                 raise IrregularSampling("observables sample on different timers")
             if (o._corrupter, o._filter, o._delayer) != functions:
                 raise IrregularSampling("an observable's corrupter, filter or delayer changed")
-        at = 0
-        for j in range(1, n + 1):
-            t += dt
-            if not sampled and period - delay >= t:
+        key = (t, sampled, period, delay, n, dt)
+        found = self._steps.get(key)
+        if found is None:
+            found = _timer_steps(t, sampled, period, delay, n, dt)
+            if len(self._steps) < 4096:  # the timers cycle through a few states; a bound all the same
+                self._steps[key] = found
+        if isinstance(found, IrregularSampling):
+            raise IrregularSampling(str(found))
+        return found
+
+
+def _timer_steps(t: float, sampled: bool, period: float, delay: float, n: int, dt: float) -> tuple[int, float, bool] | IrregularSampling:
+    """robosuite's observable timers over ``n`` physics steps of ``dt`` from ``(t, sampled)``: the
+    step that samples (0: none) and the timer after, as its ``Observable.update`` computes them
+    (the same float operations in the same order), or why it is not one sample per env step. A pure
+    function of its arguments, so ``SampleClock`` keeps its answers."""
+    at = 0
+    for j in range(1, n + 1):
+        t += dt
+        if not sampled and period - delay >= t:
+            if at:
+                return IrregularSampling("an observable samples twice in one step")
+            sampled, at = True, j
+        if t >= period:
+            if not sampled:
                 if at:
-                    raise IrregularSampling("an observable samples twice in one step")
-                sampled, at = True, j
-            if t >= period:
-                if not sampled:
-                    if at:
-                        raise IrregularSampling("an observable samples twice in one step")
-                    at = j
-                t %= period
-                sampled = False
-        return at, t, sampled
+                    return IrregularSampling("an observable samples twice in one step")
+                at = j
+            t %= period
+            sampled = False
+    return at, t, sampled
 
 
 # robosuite's factories whose corrupter is a pure function of its input (no state, no random draw).
