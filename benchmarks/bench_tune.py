@@ -89,8 +89,8 @@ def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
 def run_setting(setting: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     n = len(setting["env_fns"])
     cpus = tuning.machine.available_cpus()
-    space = tuning.search_space(n, cpus)
-    if args.quick:
+    space = setting.get("space") or tuning.search_space(n, cpus)
+    if args.quick and not setting.get("space"):
         space = space[:: max(1, len(space) // 8)]
     common = dict(
         policy=setting["policy"], policy_cost=setting["policy_cost"], trial_seconds=args.trial_seconds,
@@ -107,7 +107,7 @@ def run_setting(setting: dict[str, Any], args: argparse.Namespace) -> dict[str, 
     by_layout = {t.candidate: t.steps_per_s for t in grid}
     default = tuning.default_candidate(n, cpus)
     plan_in_grid = by_layout.get(plan.candidate)
-    confirmed = confirm(setting, [best.candidate, plan.candidate, default], common, args)
+    confirmed = confirm(setting, [best.candidate, plan.candidate, default, *setting.get("confirm", [])], common, args)
     med = {label: statistics.median(v) for label, v in confirmed.items()}
     row = {
         "setting": setting["name"],

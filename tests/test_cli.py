@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,51 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
         assert all(served[path] == served["envs"] for path in row["own_fast_paths"])
     assert "compiled policy step" in rows[-1]["own_fast_paths"]
     assert "[NOT SERVED" not in out.stdout and "steps aside" not in out.stderr and "differs from robosuite" not in out.stderr
+
+
+@pytest.mark.libero
+@pytest.mark.ci_sample("the VLA regime end to end")
+def test_bench_in_the_vla_regime_waits_out_the_cost_and_sets_overlap_against_its_bound(tmp_path):
+    pytest.importorskip("torch", reason='fastenv bench needs pip install -e ".[bench]"')
+    from fastenv.policy_cost import inference_cost
+
+    out = subprocess.run(
+        [sys.executable, "-m", "fastenv.cli", "bench", "--quick", "--policy-cost", "0.02,0.01", "--only", "+SkipObs", "+Pipeline",
+         "+Async", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    payload = json.loads((tmp_path / "fastenv_bench.json").read_text())
+    assert payload["policy_cost"]["per_call_s"] == 0.02 and payload["policy_cost"]["compute"] == "wait"
+    rows = {r["config"].split(" ")[0]: r for r in payload["results"]}
+    cost, n, chunk = inference_cost("0.02,0.01"), payload["config"]["num_envs"], payload["config"]["chunk"]
+    # each call took at least the modelled latency: all envs at once, one stage's, or a dynamic batch
+    assert rows["+SkipObs"]["breakdown_ms_per_env_step"]["policy"] >= 0.99 * cost.per_env_step_ms(n, chunk)
+    assert rows["+Pipeline"]["breakdown_ms_per_env_step"]["policy"] >= 0.99 * cost.per_env_step_ms(n // 2, chunk)
+    for name in ("+Pipeline", "+Async"):
+        overlap = rows[name]["overlap"]
+        assert overlap["reference"].startswith("+SkipObs") and overlap["bound_x"] >= 1.0 and overlap["gain_x"] > 0
+        assert rows[name]["same_data_as_default"]["equal"]  # the wait changes what it costs, not the data
+        assert f"{name}" in out.stdout and "where perfect overlap gives" in out.stdout
+    assert "VLA regime: 0.02s+0.01s*batch, 20 ms + 10 ms x batch per call, spent as wait" in out.stdout
+
+
+@pytest.mark.libero
+@pytest.mark.ci_sample("the VLA regime end to end")
+def test_the_batching_benchmark_measures_its_grid_tune_and_verdict_on_libero_10s_tasks(tmp_path):
+    pytest.importorskip("torch", reason='the benchmarks need pip install -e ".[bench]"')
+    out_path = tmp_path / "batching.json"
+    out = subprocess.run(
+        [sys.executable, "bench_batching.py", "--quick", "--out", str(out_path)],
+        capture_output=True, text=True, timeout=900, cwd=str(Path(__file__).resolve().parent.parent / "benchmarks"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    payload = json.loads(out_path.read_text())
+    row, = payload["results"]
+    assert row["layouts"] == 3 and {t["layout"] for t in row["grid"]} >= {row["grid_best"], row["best_dynamic"]}
+    assert row["plan_steps_per_s_tune"] > 0 and row["best_dynamic_over_sync_grid"] > 0
+    assert row["policy_cost"].startswith("pi05-behavior") and row["chunk"] == 32
+    assert "best B/T" in out.stdout and "tuned plan" in out.stdout
 
 
 def test_a_row_whose_own_fast_path_did_not_serve_is_marked_so():

@@ -64,6 +64,43 @@ def test_the_leaves_compared_cover_nested_values_and_the_comparison_sees_dtype_a
     assert not rlinf_conformance._same(1, 1.0)
 
 
+def test_the_config_keys_of_fastenv_are_checked_naming_what_is_wrong():
+    assert rlinf_integration.check_options(None) == {"num_workers": None, "pool": "shared"}
+    assert rlinf_integration.check_options({"pool": "per_stage", "num_workers": 3}) == {"num_workers": 3, "pool": "per_stage"}
+    with pytest.raises(ValueError, match=r"\['workers'\]"):
+        rlinf_integration.check_options({"workers": 2})
+    with pytest.raises(ValueError, match="fastenv.pool must be one of"):
+        rlinf_integration.check_options({"pool": "per-stage"})
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="positive int"):
+            rlinf_integration.check_options({"num_workers": bad})
+
+
+def test_a_shared_pool_spreads_every_stage_over_all_its_workers_and_stops_with_the_last_stage():
+    """The pool an env worker's stages share, without a simulator: its rows start empty (each
+    stage's LiberoEnv builds its envs in them), stage k is rows [k*n, (k+1)*n), and each stage's
+    envs live on every one of the pool's worker processes."""
+    pytest.importorskip("gymnasium")
+    with pytest.raises(ValueError, match="must divide the shared pool's 4 envs"):
+        rlinf_integration._Pool(2, 2, num_workers=3)
+    pool = rlinf_integration._Pool(2, 2, num_workers=2)
+    try:
+        stages = [pool.stage(0), pool.stage(1)]
+        with pytest.raises(RuntimeError, match="asked for again"):
+            pool.stage(1)
+        assert [s._rows for s in stages] == [[0, 1], [2, 3]]
+        assert pool.envs.call("index") == (0, 1, 2, 3)
+        pids = [set(pool.envs.apply(lambda env: os.getpid(), env_ids=s._rows)) for s in stages]
+        assert pids[0] == pids[1] == set(pool.envs.worker_pids) and len(pids[0]) == 2  # 2 processes, not 2 per stage
+        assert stages[0].worker_pids == stages[1].worker_pids
+        stages[0].close()
+        assert not pool.envs.closed  # stage 1 still uses it
+        stages[1].close()
+        assert pool.envs.closed
+    finally:
+        pool.close()
+
+
 def test_without_rlinf_the_classes_say_what_to_install():
     pytest.importorskip("gymnasium")
     try:
@@ -98,20 +135,30 @@ def test_the_rlinf_drop_in_equals_rlinfs_own_liberoenv_and_env_worker(tmp_path):
     """One sample per commit of the sweep ``python -m fastenv.conformance.rlinf`` runs whole: one of
     RLinf's modes (train, groups, ignore_terminations, eval, step penalty, libero_10) through reset,
     chunk_step, a new epoch, a partial reset and step; or RLinf's EnvWorker code (env class from its
-    config, RecordVideo, chunk steps, rollout end) with one import changed. Every value equal."""
+    config, RecordVideo, two pipeline stages' chunk steps, rollout end) with one import changed, its
+    stages on one shared pool of workers ("worker") or on a pool each ("worker_per_stage"). Every
+    value equal."""
     from test_libero_stacks import RLINF
 
-    case = os.environ.get("FASTENV_RLINF_CASE") or _commit_sample([*rlinf_conformance.CASES, "worker"])
-    result = _run(_rlinf_python(), "fastenv.conformance.rlinf", ["--cases", case, "--chunks", "3" if case == "worker" else "4"], tmp_path, RLINF)
+    workers = rlinf_conformance.WORKER_CASES
+    case = os.environ.get("FASTENV_RLINF_CASE") or _commit_sample([*rlinf_conformance.CASES, *workers])
+    result = _run(_rlinf_python(), "fastenv.conformance.rlinf", ["--cases", case, "--chunks", "3" if case in workers else "4"], tmp_path, RLINF)
     (only,) = result["cases"]
-    assert only["case"] == ("env worker" if case == "worker" else case) and only["values"] > 200
+    named = {"worker": "env worker", "worker_per_stage": "env worker, pool per_stage"}
+    assert only["case"] == named.get(case, case) and only["values"] > 200
     assert only["equal"], only["differences"]
     assert result["returncode"] == 0
     assert result["stack"]["libero distribution"].startswith("rlinf-libero ")
-    if case == "worker":
+    if case in workers:
         facts = only["facts"]
         assert set(facts["rlinf"]["env classes"]) == {"rlinf.envs.libero.libero_env.LiberoEnv"}
         assert set(facts["fastenv"]["env classes"]) == {"fastenv.integrations.rlinf.LiberoEnv"}
+        assert facts["rlinf"]["env processes"] == 2 * 2  # RLinf's: a process per env, two stages of 2
+        fast = facts["fastenv"]
+        if case == "worker":  # both stages on one pool: its workers are all the env processes, not 2x them
+            assert fast["pools"] == 1 and fast["env processes"] == fast["workers per pool"][0]
+        else:
+            assert fast["pools"] == 2 and fast["env processes"] == sum(fast["workers per pool"])
         # RLinf's video holds every sub-step's frame; the drop-in's, one per chunk (its last) and each reset's
         stock, fast = facts["rlinf"]["video frames"], facts["fastenv"]["video frames"]
         assert all(f < s for f, s in zip(fast, stock)) and all(f >= 1 + 3 for f in fast)
@@ -145,6 +192,57 @@ def test_the_lerobot_drop_in_equals_lerobots_own_env_in_its_eval_loop(tmp_path):
     assert result["returncode"] == 0
 
 
+# -- RLinf's main branch, in its own stack (never built by CI) -----------------------------------------
+
+RLINF_MAIN = ROOT / ".stacks" / "rlinf-main"
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(1800)
+def test_rlinf_mains_skip_intermediate_renders_gives_rlinf_030s_values(tmp_path):
+    """RLinf main's LiberoEnv (with its PR #1484) against 0.3.0's, skip_intermediate_renders off and
+    on: same case, seeds and actions, every value equal, and with the skip on no intermediate
+    observation is made. Runs where both stacks are built; CI builds neither this one nor, for it,
+    0.3.0's: bash scripts/libero_stack.sh rlinf-main (RLINF_SOURCE=<an RLinf checkout> where GitHub
+    cannot be reached), then pytest tests/test_frameworks.py -k rlinf_main."""
+    main_python = RLINF_MAIN / "bin" / "python"
+    if not main_python.exists():
+        pytest.skip(f"RLinf main's stack is not in {RLINF_MAIN.relative_to(ROOT)}: bash scripts/libero_stack.sh rlinf-main")
+    from test_libero_stacks import RLINF
+
+    if not (RLINF / "bin" / "python").exists():
+        pytest.skip(f"RLinf 0.3.0's stack is not in {RLINF.relative_to(ROOT)}: bash scripts/libero_stack.sh rlinf")
+    case = os.environ.get("FASTENV_RLINF_CASE") or _commit_sample(list(rlinf_conformance.CASES))
+    result = _run(_rlinf_python(), "fastenv.conformance.rlinf", ["--peer", str(main_python), "--cases", case, "--chunks", "4"], tmp_path, RLINF)
+    assert result["returncode"] == 0 and len(result["cases"]) == 3, result["stderr"][-3000:]
+    for compared in result["cases"]:
+        assert compared["equal"] and compared["values"] > 200, (compared["case"], compared["differences"])
+    off_vs_030, on_vs_030, on_vs_off = result["cases"]
+    assert "skip off vs rlinf 0.3.0" in off_vs_030["case"] and "skip on vs rlinf 0.3.0" in on_vs_030["case"]
+    assert "skip on vs" in on_vs_off["case"] and "skip off" in on_vs_off["case"]
+    on = next(facts for name, facts in on_vs_off["facts"].items() if name.endswith("skip on"))
+    off = next(facts for name, facts in on_vs_off["facts"].items() if name.endswith("skip off"))
+    assert on["intermediate observations"] == 0 and on["intermediate None"] == off["intermediate observations"] > 0
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(1800)
+def test_the_rlinf_drop_in_equals_rlinf_mains_own_env_with_the_skip_on(tmp_path):
+    """fastenv's LiberoEnv on RLinf main (its chunk_step switches the cameras, a no-op for fastenv's
+    workers) against main's own, skip_intermediate_renders on in both: every value equal. Runs where
+    RLinf main's stack is built (never in CI): bash scripts/libero_stack.sh rlinf-main."""
+    main_python = RLINF_MAIN / "bin" / "python"
+    if not main_python.exists():
+        pytest.skip(f"RLinf main's stack is not in {RLINF_MAIN.relative_to(ROOT)}: bash scripts/libero_stack.sh rlinf-main")
+    case = os.environ.get("FASTENV_RLINF_CASE") or _commit_sample(list(rlinf_conformance.CASES))
+    args = ["--cases", case, "--chunks", "4", "--overrides", json.dumps({"skip_intermediate_renders": True})]
+    result = _run(main_python, "fastenv.conformance.rlinf", args, tmp_path, RLINF_MAIN)
+    (only,) = result["cases"]
+    assert only["case"] == case and only["values"] > 200
+    assert only["equal"], only["differences"]
+    assert result["returncode"] == 0
+
+
 # -- the benchmark's docs table -----------------------------------------------------------------------
 
 def test_the_frameworks_docs_table_is_the_committed_json():
@@ -156,6 +254,21 @@ def test_the_frameworks_docs_table_is_the_committed_json():
     assert bench_frameworks.docs_ratios(payload) in page
     assert "/work" not in json.dumps(payload) and "/home" not in json.dumps(payload)
     assert {row["row"] for row in payload["rows"]} == set(bench_frameworks.ROWS)
+
+
+@pytest.mark.parametrize("name", ["bench_rlinf_stages.json", "bench_rlinf_stages_64px.json"])
+def test_the_pipeline_stage_docs_tables_are_the_committed_json(name):
+    import bench_rlinf_stages
+
+    payload = json.loads((ROOT / "results" / name).read_text())
+    page = (ROOT / "docs" / "frameworks" / "index.md").read_text()
+    assert bench_rlinf_stages.docs_table(payload) in page
+    assert bench_rlinf_stages.docs_ratios(payload) in page
+    assert payload["command"] in page
+    assert "/work" not in json.dumps(payload) and "/home" not in json.dumps(payload)
+    assert payload["config"]["pipeline_stage_num"] == 2 and {row["row"] for row in payload["rows"]} <= set(bench_rlinf_stages.ROWS)
+    shared = next(row for row in payload["rows"] if row["row"] == "fastenv-shared")
+    assert shared["facts"]["pools"] == 1 and shared["facts"]["env processes"] == shared["facts"]["workers per pool"][0]
 
 
 # -- what the drop-ins use of fastenv's LIBERO env, in fastenv's own stack ------------------------------

@@ -171,6 +171,22 @@ def test_tune_finds_the_known_optimum_in_a_fifth_of_the_grid(name, threads_gain)
     assert plan.bound in tuning.BOUNDS and plan.bound in plan.reason
 
 
+def test_the_calibrations_own_workers_do_not_count_against_the_memory_left(monkeypatch):
+    # workers that hold most of the memory (robosuite's hard resets grow them): the layouts on the
+    # same workers still run, and the search measures more than the calibration
+    costs = SCENARIOS["gpu policy"]
+    model = CostModel(costs)
+    space = tuning.search_space(N, CPUS)
+    runner = KnownCosts(costs, lambda cand: model.predict(cand, N).steps_per_s)
+    runner.memory = lambda: 10e9
+    monkeypatch.setattr(tuning.machine, "available_memory", lambda: 4e9)
+    plan = tuning.tune([make_sleepy_env] * N, runner=runner, space=space, cpus=CPUS, progress=False)
+    default = tuning.default_candidate(N, CPUS)
+    assert len(runner.runs) > 1 and any(c.num_workers == default.num_workers for c in runner.runs[1:])
+    assert all(c.num_workers <= default.num_workers for c in runner.runs)  # more workers: predicted not to fit
+    assert plan.costs["memory_available"] == pytest.approx(14e9)
+
+
 def test_the_known_optima_differ_by_scenario():
     space = tuning.search_space(N, CPUS)
     modes = {name: max(space, key=lambda c: CostModel(costs).predict(c, N).steps_per_s).mode for name, costs in SCENARIOS.items()}

@@ -72,6 +72,12 @@ class BenchConfig:
     batch_timeout: float = 0.05
     out: str = "results"
     seed: int = 0
+    # A VLA's inference cost (fastenv.policy_cost: a preset's name or "A,B" seconds per call and per
+    # sample), added to each policy call as a wait that spends no CPU; None: the small CNN alone.
+    policy_cost: str | None = None
+    # How that cost is spent: "wait" (sleep), "transformer" (a random-weight transformer of a VLA's
+    # scale in bf16 on the GPU, instead of the wait), "auto" (the transformer where the policy runs on CUDA).
+    policy_compute: str = "auto"
 
     @classmethod
     def full(cls, **overrides: Any) -> BenchConfig:
@@ -92,6 +98,11 @@ class BenchConfig:
         for name in ("num_envs", "workers", "chunk", "stages", "camera_size", "steps", "episode_steps", "rounds", "policy_cores"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        from fastenv.policy_cost import inference_cost
+
+        inference_cost(self.policy_cost)  # a clear ValueError on an unknown preset or a bad "A,B"
+        if self.policy_compute not in ("auto", "wait", "transformer"):
+            raise ValueError(f"policy_compute must be 'auto', 'wait' or 'transformer', got {self.policy_compute!r}")
 
 
 @dataclass
@@ -242,7 +253,44 @@ def compare_trajectories(ours: list[Trajectories], default: list[Trajectories]) 
     return {"equal": True, "chunks_compared": compared or 0, "first_difference": None}
 
 
-def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, device: Any, progress: Any = None) -> dict[str, Any]:
+class VLACost:
+    """What a VLA's call costs on top of the small policy's own: a wait (no CPU), or a VLA-sized
+    transformer on the GPU (``fastenv.policy.VLASizedTransformer``). The actions stay the small
+    policy's, so every configuration's data stays comparable with Default's."""
+
+    def __init__(self, cfg: BenchConfig, device: Any) -> None:
+        from fastenv.policy_cost import inference_cost
+
+        self.cost = inference_cost(cfg.policy_cost)
+        self.model = None
+        self.compute = "wait"
+        if self.cost is not None and (cfg.policy_compute == "transformer" or (cfg.policy_compute == "auto" and device.type == "cuda")):
+            if device.type != "cuda":
+                raise ValueError(f"policy_compute='transformer' runs on CUDA: give --device cuda (the policy is on {device})")
+            from fastenv.policy import VLASizedTransformer
+
+            self.model = VLASizedTransformer(chunk=cfg.chunk).to(device)
+            self.compute = f"VLASizedTransformer ({self.model.parameters_count() / 1e9:.1f}B parameters, bf16) on {device}"
+
+    def __call__(self, batch: int, spent: float) -> None:
+        if self.model is not None:
+            import torch
+
+            self.model.run(batch)
+            torch.cuda.synchronize()
+        elif self.cost is not None:
+            self.cost.wait(batch, spent)
+
+    def describe(self) -> dict[str, Any] | None:
+        if self.cost is None:
+            return None
+        return {"name": self.cost.name, "per_call_s": self.cost.per_call_s, "per_sample_s": self.cost.per_sample_s,
+                "chunk_of_the_figure": self.cost.chunk, "source": self.cost.source, "compute": self.compute}
+
+
+def run_variant(
+    cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, device: Any, progress: Any = None, vla: VLACost | None = None
+) -> dict[str, Any]:
     """Time one configuration on ``envs``; returns its measurements (one round)."""
     import torch
 
@@ -257,6 +305,8 @@ def run_variant(cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, devi
         ids = np.arange(n) if ids is None else np.asarray(ids)
         t0 = time.perf_counter()
         actions, _ = policy.act_rows(obs, IMAGE_KEY, STATE_KEY, [generators[i] for i in ids], device)
+        if vla is not None:
+            vla(len(ids), time.perf_counter() - t0)
         policy_s += time.perf_counter() - t0
         return actions
 
@@ -354,14 +404,27 @@ REFERENCE_OVERHEAD = 1.25
 def estimate_seconds(cfg: BenchConfig, only: list[str] | None = None) -> float:
     """Roughly how long ``run`` takes on the reference 2-core machine (machines differ by 2-3x).
 
-    Per round: each chosen configuration's env steps at its reference cost, and one build per
-    kind of vector env; times the rounds and the overhead the reference run showed.
+    Per round: each chosen configuration's env steps at its reference cost (with a VLA's cost,
+    plus its policy's, or the larger of the two where the configuration overlaps them), and one
+    build per kind of vector env; times the rounds and the overhead the reference run showed.
     """
+    from fastenv.policy_cost import inference_cost
+
+    cost = inference_cost(cfg.policy_cost)
     chosen = [v for v in variants(cfg) if only is None or v.name.split(" ")[0] in only]
     pixels = (cfg.camera_size / 128) ** 2
-    steps = sum(REFERENCE_MS_PER_ENV_STEP[v.name.split(" ")[0]] for v in chosen) * (0.5 + 0.5 * pixels) / 1000.0
+    ms = 0.0
+    for v in chosen:
+        env = REFERENCE_MS_PER_ENV_STEP[v.name.split(" ")[0]] * (0.5 + 0.5 * pixels)
+        if cost is None:
+            ms += env
+            continue
+        n = cfg.num_envs
+        batch = {"pipeline": n // cfg.stages, "dynamic": cfg.max_batch or max(1, n // 2)}.get(v.mode, n)
+        policy = cost.per_env_step_ms(batch, cfg.chunk)
+        ms += max(env, policy) if v.mode in ("pipeline", "dynamic") else env + policy
     builds = sum(REFERENCE_BUILD_S[b] for b in {v.build for v in chosen}) * cfg.num_envs / 4
-    return REFERENCE_OVERHEAD * cfg.rounds * (steps * cfg.steps * cfg.num_envs + builds)
+    return REFERENCE_OVERHEAD * cfg.rounds * (ms / 1000.0 * cfg.steps * cfg.num_envs + builds)
 
 
 def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
@@ -381,6 +444,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
     try:
         os.sched_setaffinity(0, policy_cores)  # env processes pin themselves to env_cores
         device = _device(cfg.device, policy_cores)
+        vla = VLACost(cfg, device)
         total = cfg.steps * cfg.num_envs * len(chosen) * cfg.rounds
         with tqdm(total=total, unit="step", desc="fastenv bench", mininterval=1.0) as progress:
             for r in range(cfg.rounds):
@@ -401,7 +465,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
                     space = vec.single_observation_space
                     torch.manual_seed(cfg.seed)
                     policy = ChunkPolicy(space[IMAGE_KEY].shape, space[STATE_KEY].shape[0], cfg.chunk, 7).to(device).eval()
-                    samples[variant.name].append(run_variant(cfg, variant, vec, policy, device, progress))
+                    samples[variant.name].append(run_variant(cfg, variant, vec, policy, device, progress, vla))
                 if vec is not None:
                     vec.close()
                     vec = None
@@ -414,6 +478,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "fastenv bench",
         "config": dataclasses.asdict(cfg),
         "policy_device": str(device),
+        "policy_cost": vla.describe(),  # None: the small CNN alone
         "policy_cores": policy_cores,
         "env_cores": env_cores,
         "vector_env_builds": builds,  # one per kind of build (stock, slim, chunked) and round
@@ -474,7 +539,41 @@ def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], e
             "variant": dataclasses.asdict(variant),
         }
         rows.append(row)
+    add_overlap(rows)
     return rows
+
+
+def add_overlap(rows: list[dict[str, Any]]) -> None:
+    """For the rows that overlap the policy with the envs (+Pipeline, +Async): their gain over the
+    synchronous row with the same env work (+SkipObs), beside the bound of perfect overlap,
+    (env + policy) / max(env, policy), with env and policy the synchronous row's ms per env step."""
+    ref = next((r for r in rows if r["variant"]["build"] == "chunked" and r["variant"]["mode"] == "step"), None)
+    if ref is None:
+        return
+    policy = ref["breakdown_ms_per_env_step"].get("policy", 0.0)
+    env = max(ref["ms_per_env_step"] - policy, 0.0)
+    bound = (env + policy) / max(env, policy) if max(env, policy) > 0 else 1.0
+    for r in rows:
+        v = r["variant"]
+        if v["mode"] in ("pipeline", "dynamic") and v["hard_reset"] == ref["variant"]["hard_reset"] and v["fast_substep"] == ref["variant"]["fast_substep"]:
+            gain = ref["ms_per_env_step"] / r["ms_per_env_step"]
+            r["overlap"] = {
+                "reference": ref["config"], "env_ms_per_env_step": env, "policy_ms_per_env_step": policy,
+                "bound_x": bound, "gain_x": gain, "share_of_bound": (gain - 1) / (bound - 1) if bound > 1 else None,
+            }
+
+
+def format_overlap(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in rows:
+        o = r.get("overlap")
+        if o:
+            lines.append(
+                f"{r['config']}: {o['gain_x']:.2f}x {o['reference']}, where perfect overlap gives {o['bound_x']:.2f}x "
+                f"(env {o['env_ms_per_env_step']:.1f} + policy {o['policy_ms_per_env_step']:.1f} ms per env step, "
+                f"over the larger); this row's policy: {r['breakdown_ms_per_env_step'].get('policy', 0.0):.1f} ms per env step"
+            )
+    return lines
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -504,6 +603,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         "same data: each env's rewards, dones and kept observations, chunk by chunk, equal Default's; "
         "NOT SERVED: the configuration's own fast path stepped aside in some env, the JSON's fast_paths_served says where)"
     )
+    lines += format_overlap(rows)
     return "\n".join(lines)
 
 

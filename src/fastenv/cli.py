@@ -37,6 +37,17 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, help=f"interleaved rounds (default {d.rounds})")
     p.add_argument("--policy-cores", type=int, help=f"CPU cores kept for the policy's process (default {d.policy_cores})")
     p.add_argument(
+        "--policy-cost", metavar="PRESET|A,B",
+        help="add a VLA's inference cost to each policy call, spent as a wait that leaves the CPU free: a preset from "
+        "published figures (pi05-behavior, pi05-rtx4090, pi0-eager; docs/benchmarks.md cites each) or A,B seconds per "
+        "call and per sample; a preset's chunk is the default --chunk",
+    )
+    p.add_argument(
+        "--policy-compute", choices=["auto", "wait", "transformer"], default=d.policy_compute,
+        help="how --policy-cost is spent: a wait, or a random-weight transformer of a VLA's scale in bf16 on CUDA "
+        "(auto: the transformer where the policy runs on CUDA; default %(default)s)",
+    )
+    p.add_argument(
         "--only", nargs="+", choices=["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async", "+FastReset", "+FastSubstep"],
         help="run only these",
     )
@@ -57,8 +68,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                    help="an option of the env (repeatable; VALUE is read as a Python literal, else a string): chunk=8")
     cost = p.add_mutually_exclusive_group()
     cost.add_argument("--policy", metavar="MODULE:NAME", help="the policy: a callable from a batch of observations to a batch of actions")
-    cost.add_argument("--policy-cost", metavar="FIXED[,PER_OBS]",
-                      help="the policy's measured cost in seconds per call (and per observation); trials sleep that long")
+    cost.add_argument("--policy-cost", metavar="FIXED[,PER_OBS]|PRESET",
+                      help="the policy's measured cost in seconds per call (and per observation), or a VLA's published cost by "
+                      "name (pi05-behavior, pi05-rtx4090, pi0-eager: docs/benchmarks.md cites each); trials sleep that long")
     p.add_argument("--max-trials", type=int, default=4, help="layouts measured after the calibration (default %(default)s)")
     p.add_argument("--trial-seconds", type=float, default=2.0, help="seconds each layout is timed (default %(default)s)")
     p.add_argument("--cpus", type=int, help="CPUs to plan for (default: what this process may use, cgroup limits included)")
@@ -212,13 +224,12 @@ def _run_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             parser.error(f"--policy takes MODULE:NAME, got {args.policy!r}")
         policy = getattr(importlib.import_module(module), name)
     elif args.policy_cost:
+        from fastenv.policy_cost import inference_cost
+
         try:
-            parts = [float(x) for x in args.policy_cost.split(",")]
-        except ValueError:
-            parser.error(f"--policy-cost takes FIXED or FIXED,PER_OBS in seconds, got {args.policy_cost!r}")
-        if len(parts) not in (1, 2):
-            parser.error(f"--policy-cost takes FIXED or FIXED,PER_OBS in seconds, got {args.policy_cost!r}")
-        policy_cost = (parts[0], parts[1] if len(parts) == 2 else 0.0)
+            policy_cost = inference_cost(args.policy_cost)
+        except ValueError as exc:
+            parser.error(f"--policy-cost: {exc}")
     try:
         plan = tune(
             functools.partial(gym.make, args.env_id, **env_kwargs), policy, num_envs=args.num_envs, policy_cost=policy_cost,
@@ -338,7 +349,17 @@ def main(argv: list[str] | None = None) -> int:
             for key in ("num_envs", "workers", "chunk", "stages", "camera_size", "steps", "episode_steps", "rounds", "policy_cores")
             if getattr(args, key) is not None
         }
-        common = dict(suite=args.suite, task_id=args.task_id, device=args.device, out=args.out, **given)
+        if args.policy_cost is not None and "chunk" not in given and not args.quick:
+            from fastenv.policy_cost import inference_cost
+
+            try:
+                preset_chunk = inference_cost(args.policy_cost).chunk
+            except ValueError as exc:
+                parser.error(f"--policy-cost: {exc}")
+            if preset_chunk is not None:
+                given["chunk"] = preset_chunk  # the chunk the published figure was measured at
+        common = dict(suite=args.suite, task_id=args.task_id, device=args.device, out=args.out, policy_cost=args.policy_cost,
+                      policy_compute=args.policy_compute, **given)
         if args.quick and args.full:
             parser.error("--quick and --full are exclusive")
         cfg = BenchConfig.quick(**common) if args.quick else BenchConfig.full(**common) if args.full else BenchConfig(**common)
@@ -361,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
         print()
         print(format_table(payload["results"]))
+        if payload["policy_cost"]:
+            c = payload["policy_cost"]
+            print(f"\nVLA regime: {c['name']}, {1000 * c['per_call_s']:g} ms + {1000 * c['per_sample_s']:g} ms x batch per call, "
+                  f"spent as {c['compute']}; chunk {cfg.chunk}")
         print(
             f"\npolicy on {payload['policy_device']} (process on cores {payload['policy_cores']}), envs on cores "
             f"{payload['env_cores']}; wrote " + ", ".join(payload["files"])

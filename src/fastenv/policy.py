@@ -91,3 +91,68 @@ class ChunkPolicy(nn.Module):
             actions.append((dist.mean + dist.stddev * noise).clamp(-1.0, 1.0).view(-1, self.chunk, self.action_dim))
             values.append(value)
         return torch.cat(actions).cpu().numpy().astype(np.float32), torch.cat(values).cpu().numpy()
+
+
+class VLASizedTransformer(nn.Module):
+    """A random-weight transformer with a VLA's shape and cost, for timing rollouts on a GPU.
+
+    pi0 and pi0.5 run a SigLIP vision tower (27 layers, width 1152, MLP 4304) over each 224-px view
+    (256 patches), a PaliGemma backbone (Gemma 2B: 18 layers, width 2048, MLP 16384) over the image
+    and text tokens (256 per view, plus the prompt), then an action expert (the same
+    depth, width 1024, MLP 4096) that attends to the backbone's tokens and denoises a chunk of
+    actions over ``steps`` flow-matching steps. This module does the same work with random weights:
+    what it computes is meaningless, what it costs is a VLA's. ``fastenv bench --policy-cost NAME``
+    runs it on CUDA in place of the preset's wait (``--policy-compute transformer``).
+
+    Args:
+        chunk: actions per chunk (tokens of the action expert).
+        views: camera views (256 tokens each); ``prompt_tokens`` text tokens beside them.
+        vision_width, vision_depth, vision_mlp: the vision tower (run once per view).
+        width, depth, mlp, heads: the backbone; ``expert_width``, ``expert_mlp``: the action expert.
+        steps: flow-matching steps of the action expert.
+        dtype: parameter and activation type (bf16, as VLAs are served).
+
+    Examples:
+        >>> tiny = VLASizedTransformer(chunk=4, views=1, width=32, depth=1, mlp=64, heads=2, expert_width=16,
+        ...                            expert_mlp=32, steps=2, prompt_tokens=4, vision_width=16, vision_depth=1,
+        ...                            vision_mlp=32, dtype=torch.float32)
+        >>> tiny.run(3).shape
+        torch.Size([3, 4, 7])
+    """
+
+    def __init__(
+        self, chunk: int = 32, views: int = 2, *, prompt_tokens: int = 48, width: int = 2048, depth: int = 18, mlp: int = 16384,
+        heads: int = 8, expert_width: int = 1024, expert_mlp: int = 4096, steps: int = 10, action_dim: int = 7,
+        vision_width: int = 1152, vision_depth: int = 27, vision_mlp: int = 4304, dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.chunk, self.steps, self.action_dim = chunk, steps, action_dim
+        self.views, self.prompt_tokens, self.width, self.vision_width = views, prompt_tokens, width, vision_width
+        self.dtype = torch.bfloat16 if dtype is None else dtype
+        tower = nn.TransformerEncoderLayer(vision_width, max(1, heads * 2), vision_mlp, dropout=0.0, batch_first=True, norm_first=True)
+        self.vision = nn.TransformerEncoder(tower, vision_depth, enable_nested_tensor=False)
+        self.project = nn.Linear(vision_width, width)
+        layer = nn.TransformerEncoderLayer(width, heads, mlp, dropout=0.0, batch_first=True, norm_first=True)
+        self.backbone = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.bridge = nn.Linear(width, expert_width)
+        expert = nn.TransformerDecoderLayer(expert_width, max(1, heads // 2), expert_mlp, dropout=0.0, batch_first=True, norm_first=True)
+        self.expert = nn.TransformerDecoder(expert, depth)
+        self.action_in = nn.Linear(action_dim, expert_width)
+        self.action_out = nn.Linear(expert_width, action_dim)
+        self.to(self.dtype).eval()
+
+    def parameters_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @torch.no_grad()
+    def run(self, batch: int) -> Any:
+        """One call over ``batch`` observations: the tower per view, the backbone over the prefix, ``steps`` expert passes."""
+        device = next(self.parameters()).device
+        patches = torch.randn(batch * self.views, 256, self.vision_width, device=device, dtype=self.dtype)
+        images = self.project(self.vision(patches)).reshape(batch, 256 * self.views, self.width)
+        prompt = torch.randn(batch, self.prompt_tokens, self.width, device=device, dtype=self.dtype)
+        memory = self.bridge(self.backbone(torch.cat([images, prompt], dim=1)))
+        actions = torch.randn(batch, self.chunk, self.action_dim, device=device, dtype=self.dtype)
+        for _ in range(self.steps):
+            actions = actions - self.action_out(self.expert(self.action_in(actions), memory)) / self.steps
+        return actions

@@ -26,6 +26,12 @@ Use it in place of RLinf's class, or switch a whole RLinf run with one import in
 script: ``from fastenv.integrations.rlinf import EnvWorker`` (instead of
 ``rlinf.workers.env.env_worker``'s), which builds this class wherever RLinf's config says
 ``env_type: libero``.
+
+Pipeline stages (``rollout.pipeline_stage_num: N``): RLinf's env worker builds one env per stage.
+fastenv's ``EnvWorker`` serves all N from one pool of worker processes, each worker holding a
+slice of every stage (RLinf's "hybrid partition"), so whichever stage RLinf steps runs on all the
+pool's workers while the policy computes another stage's actions. ``fastenv: {pool: per_stage}``
+gives each stage a pool of its own instead (the layout before).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from gymnasium import spaces
 
 from fastenv._deps import require
 
-__all__ = ["check_init_params", "fastenv_env_cls"]  # and, built at first use where RLinf is installed: LiberoEnv, EnvWorker, AsyncEnvWorker
+__all__ = ["check_init_params", "check_options", "fastenv_env_cls"]  # and, built at first use where RLinf is installed: LiberoEnv, EnvWorker, AsyncEnvWorker
 
 # RLinf's reset steps this many zero actions after putting the init state (libero_env.reset).
 SETTLE_STEPS = 15
@@ -50,6 +56,40 @@ STATE_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
 STOCK_CAMERAS = ("agentview", "robot0_eye_in_hand")  # OffScreenRenderEnv's cameras
 # ``init_params`` (OffScreenRenderEnv's arguments) this env reproduces, with LIBERO's defaults.
 INIT_PARAMS = {"camera_heights": 128, "camera_widths": 128, "camera_names": STOCK_CAMERAS, "horizon": 1000, "ignore_done": False}
+
+
+# fastenv's own keys in an RLinf env config (``fastenv: {...}``), with their defaults.
+OPTIONS: dict[str, Any] = {"num_workers": None, "pool": "shared"}
+POOLS = ("shared", "per_stage")
+
+
+def check_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The config's ``fastenv`` keys, checked: ``num_workers`` (None or a positive int) and ``pool``.
+
+    ``pool``: "shared" (one pool of workers for all of an env worker's pipeline stages, each worker
+    holding a slice of every stage) or "per_stage" (each stage's env its own pool). ``num_workers``
+    counts the workers of a pool: the shared one, or each stage's.
+    """
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"the config's fastenv keys are {sorted(OPTIONS)}; got {unknown} as well")
+    out = {**OPTIONS, **options}
+    workers = out["num_workers"]
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers <= 0):
+        raise ValueError(f"fastenv.num_workers must be a positive int (or null for the default: at most one per CPU), got {workers!r}")
+    if out["pool"] not in POOLS:
+        raise ValueError(f"fastenv.pool must be one of {list(POOLS)}, got {out['pool']!r}")
+    return out
+
+
+def _cfg_options(cfg: Any) -> dict[str, Any]:
+    options = cfg.get("fastenv", None) if hasattr(cfg, "get") else None
+    if options is not None and not isinstance(options, Mapping):
+        from omegaconf import OmegaConf
+
+        options = OmegaConf.to_container(options, resolve=True)
+    return check_options(options)
 
 
 def check_init_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,11 +125,12 @@ class _Row(gym.Env):
     observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
     action_space = spaces.Box(-1.0, 1.0, (7,), np.float32)
 
-    def __init__(self, index: int, params: Mapping[str, Any]) -> None:
-        self.index = index
+    def __init__(self, index: int, params: Mapping[str, Any] | None) -> None:
+        self.index = index  # the row in its pool: the key of its value in each call
         self._adapter: Any = None
         self._spec: tuple | None = None
-        self.rlinf_reconfigure({index: params})
+        if params is not None:  # else a row of a shared pool: its stage's env configures it
+            self.rlinf_reconfigure({index: params})
 
     # Each call carries one value per env, keyed by env index: every env takes its own.
     def rlinf_reconfigure(self, by_env: Mapping[int, Mapping[str, Any]]) -> None:
@@ -160,33 +201,65 @@ class _Row(gym.Env):
 
 
 class _Rows:
-    """RLinf's ``ReconfigureSubprocEnv`` interface over fastenv's workers.
+    """RLinf's ``ReconfigureSubprocEnv`` interface over fastenv's workers: one stage's envs.
 
     ``run_chunk`` steps each env's actions at once; the ``step`` calls RLinf's code makes next,
     with the same actions, are then answered from those results, without a simulator call: an
     observation where the chunk ended, ``None`` before. A ``step`` with nothing queued is one
     observed sub-step in the workers.
+
+    Built from ``params``, it has a pool of workers of its own; built by ``_Pool.stage``, its envs
+    are rows ``rows`` of a pool shared with the other stages (RLinf's env i is row ``rows[i]``).
     """
 
-    def __init__(self, params: Sequence[Mapping[str, Any]], *, num_workers: int | None = None, step_timeout: float = 600.0) -> None:
-        from fastenv.vector import PipelineVectorEnv
+    def __init__(
+        self,
+        params: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        num_workers: int | None = None,
+        step_timeout: float = 600.0,
+        pool: _Pool | None = None,
+        rows: Sequence[int] | None = None,
+    ) -> None:
+        if pool is None:
+            from fastenv.vector import PipelineVectorEnv
 
-        fns = [functools.partial(_Row, i, dict(p)) for i, p in enumerate(params)]
-        self.env_num = len(fns)
-        self.envs = PipelineVectorEnv(fns, num_workers=num_workers, step_timeout=step_timeout, progress=False)
+            if params is None:
+                raise ValueError("_Rows needs the envs' params, or a pool and its rows")
+            fns = [functools.partial(_Row, i, dict(p)) for i, p in enumerate(params)]
+            self.envs = PipelineVectorEnv(fns, num_workers=num_workers, step_timeout=step_timeout, progress=False)
+            self._rows = list(range(len(fns)))
+        else:
+            self.envs = pool.envs
+            self._rows = [int(r) for r in rows or ()]
+        self._pool = pool
+        self.stage: int | None = None  # its pipeline stage, in a shared pool
+        self.env_num = len(self._rows)
         self._queue: list[collections.deque] = [collections.deque() for _ in range(self.env_num)]
+        self.closed = False
 
     def __len__(self) -> int:
         return self.env_num
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The process ids of the workers these envs live on (a shared pool's: every stage's)."""
+        return self.envs.worker_pids
 
     def _ids(self, id: Any) -> list[int]:
         if id is None:
             return list(range(self.env_num))
         return [int(id)] if np.isscalar(id) else [int(i) for i in id]
 
+    def _call(self, ids: list[int], name: str, values: Sequence[Any] | None = None) -> tuple[Any, ...]:
+        """``name`` on RLinf's envs ``ids`` (each given its value of ``values``), in their rows of the pool."""
+        rows = [self._rows[i] for i in ids]
+        if values is None:
+            return self.envs.call_at(rows, name)
+        return self.envs.call_at(rows, name, dict(zip(rows, values)))
+
     def reconfigure_env_fns(self, env_fns: Sequence[Mapping[str, Any]], id: Any = None) -> None:
-        ids = self._ids(id)
-        self.envs.call_at(ids, "rlinf_reconfigure", dict(zip(ids, env_fns)))
+        self._call(self._ids(id), "rlinf_reconfigure", env_fns)
 
     def seed(self, seed: Any = None) -> list[None]:
         ids = self._ids(None)
@@ -194,24 +267,23 @@ class _Rows:
             seeds = [None if seed is None else int(seed) + i for i in ids]
         else:
             seeds = list(seed)
-        self.envs.call_at(ids, "rlinf_seed", dict(zip(ids, seeds)))
+        self._call(ids, "rlinf_seed", seeds)
         return [None] * len(ids)
 
     def reset(self, id: Any = None, **kwargs: Any) -> None:
         ids = self._ids(id)
         self._drop(ids)
-        self.envs.call_at(ids, "rlinf_reset")
+        self._call(ids, "rlinf_reset")
 
     def set_init_state(self, init_state: Sequence[np.ndarray], id: Any = None) -> None:
-        ids = self._ids(id)
-        self.envs.call_at(ids, "rlinf_set_init_state", dict(zip(ids, init_state)))
+        self._call(self._ids(id), "rlinf_set_init_state", init_state)
 
     def run_chunk(self, actions: np.ndarray, id: Any = None) -> None:
         """Step env ``id[j]`` through ``actions[j]`` (K actions) now; queue what each step returns."""
         ids = self._ids(id)
         if any(self._queue[i] for i in ids):
             raise RuntimeError("a chunk is already queued for these envs: its steps were not all taken")
-        results = self.envs.call_at(ids, "rlinf_run", dict(zip(ids, actions)))
+        results = self._call(ids, "rlinf_run", actions)
         for i, row_actions, (rewards, dones, obs) in zip(ids, actions, results):
             last = len(rewards) - 1
             for k, (reward, done) in enumerate(zip(rewards, dones)):
@@ -229,7 +301,7 @@ class _Rows:
                 if row.dtype != entry[0].dtype or not np.array_equal(row, entry[0]):
                     raise RuntimeError(f"env {i} was stepped with an action other than the one its chunk ran")
         else:
-            results = self.envs.call_at(ids, "rlinf_run", {i: action[j][None] for j, i in enumerate(ids)})
+            results = self._call(ids, "rlinf_run", [action[j][None] for j in range(len(ids))])
             entries = [(None, obs, rewards[0], dones[0]) for rewards, dones, obs in results]
         obs = np.empty(len(ids), dtype=object)
         obs[:] = [entry[1] for entry in entries]
@@ -237,6 +309,10 @@ class _Rows:
         dones = np.stack([entry[3] for entry in entries])
         # LIBERO's step info is empty; RLinf's vector env adds each env's id (and stacks the dicts).
         return obs, rewards, dones, np.stack([{"env_id": i} for i in ids])
+
+    def set_camera_rendering(self, enabled: bool, id: Any = None) -> None:
+        """RLinf main's ``skip_intermediate_renders`` turns the cameras off inside a chunk: fastenv's
+        workers render a chunk's last sub-step only anyway, so there is nothing to switch."""
 
     def pending(self) -> int:
         return sum(len(q) for q in self._queue)
@@ -253,6 +329,65 @@ class _Rows:
     def _drop(self, ids: Any) -> None:
         for i in ids:
             self._queue[i].clear()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._pool is None:
+            self.envs.close()
+        else:
+            self._pool.release(self)
+
+
+class _Pool:
+    """One pool of fastenv workers for all pipeline stages of an RLinf env worker (the hybrid partition).
+
+    Stage k's env i is row ``k * num_envs + i``; row r lives on worker ``r % W``, so every stage
+    is spread over all W workers and each worker holds a slice of every stage. The rows start
+    empty: each stage's ``LiberoEnv`` builds its envs in them (``_Rows.reconfigure_env_fns``).
+    The workers stop when every stage's envs are closed.
+
+    W defaults to the most workers, up to the CPU count, that split a stage evenly (RLinf steps
+    one stage at a time, so more would wait); a W of one's own must divide the pool's rows.
+    """
+
+    def __init__(self, stages: int, num_envs: int, *, num_workers: int | None = None, step_timeout: float = 600.0) -> None:
+        from fastenv.vector import PipelineVectorEnv
+        from fastenv.vector.pipeline import default_num_workers
+
+        self.stages, self.num_envs = int(stages), int(num_envs)
+        rows = self.stages * self.num_envs
+        if num_workers is None:
+            num_workers = default_num_workers(rows, self.stages)
+        elif rows % num_workers:
+            raise ValueError(
+                f"fastenv.num_workers={num_workers} must divide the shared pool's {rows} envs "
+                f"({self.stages} pipeline stages of {self.num_envs}); or set fastenv.pool: per_stage"
+            )
+        fns = [functools.partial(_Row, r, None) for r in range(rows)]
+        self.envs = PipelineVectorEnv(fns, num_workers=num_workers, step_timeout=step_timeout, progress=False)
+        self._given: set[int] = set()
+        self._open: set[int] = set()
+
+    @property
+    def num_workers(self) -> int:
+        return self.envs.num_workers
+
+    def stage(self, k: int) -> _Rows:
+        """Stage ``k``'s envs, as RLinf's vector env (once per stage)."""
+        if not 0 <= k < self.stages or k in self._given:
+            raise RuntimeError(f"stage {k} of a shared pool of {self.stages} stages was asked for again, or does not exist")
+        self._given.add(k)
+        self._open.add(k)
+        rows = _Rows(pool=self, rows=range(k * self.num_envs, (k + 1) * self.num_envs))
+        rows.stage = k
+        return rows
+
+    def release(self, rows: _Rows) -> None:
+        self._open.discard(getattr(rows, "stage", -1))
+        if not self._open and len(self._given) == self.stages:
+            self.close()
 
     def close(self) -> None:
         self.envs.close()
@@ -273,8 +408,10 @@ def _env_class() -> type:
     class LiberoEnv(_rlinf_libero_env()):  # type: ignore[misc]
         """RLinf's ``LiberoEnv`` (same constructor, config keys and methods) on fastenv.
 
-        One config key of its own, optional: ``fastenv: {num_workers: N}`` (default: one
-        worker per CPU, at most one per env).
+        One config key of its own, optional: ``fastenv: {num_workers: N, pool: shared}``
+        (``check_options``). Built directly, it has a pool of workers of its own (default: one
+        worker per CPU, at most one per env); built by fastenv's ``EnvWorker``, its stage's rows
+        of the pool the worker's stages share (``pool: per_stage``: a pool of its own).
 
         Examples:
             >>> env = LiberoEnv(cfg, num_envs=4, seed_offset=0, total_num_processes=1, worker_info=None)
@@ -282,9 +419,19 @@ def _env_class() -> type:
             >>> obs_list, rewards, terminations, truncations, infos_list = env.chunk_step(actions)
         """
 
+        def __init__(self, *args: Any, fastenv_rows: _Rows | None = None, **kwargs: Any) -> None:
+            # ``fastenv_rows``: this env's rows of a pool shared by an env worker's stages (its EnvWorker gives them)
+            self._fastenv_rows = fastenv_rows
+            super().__init__(*args, **kwargs)
+
         def _init_env(self) -> None:
-            options = self.cfg.get("fastenv", None) or {}
-            self.env = _Rows(self.get_env_fn_params(), num_workers=options.get("num_workers"))
+            if self._fastenv_rows is None:
+                self.env = _Rows(self.get_env_fn_params(), num_workers=_cfg_options(self.cfg)["num_workers"])
+            else:
+                if len(self._fastenv_rows) != self.num_envs:
+                    raise ValueError(f"{len(self._fastenv_rows)} rows of the shared pool for {self.num_envs} envs")
+                self.env = self._fastenv_rows
+                self.env.reconfigure_env_fns(self.get_env_fn_params())  # builds this stage's envs in their rows
 
         def _reconfigure(self, reset_state_ids: Any, env_idx: Any) -> None:
             super()._reconfigure(reset_state_ids, env_idx)
@@ -326,7 +473,25 @@ def _worker_class(name: str) -> type:
     base = getattr(require(_WORKERS[name], "rlinf", "RLinf's env worker"), name)
 
     def _setup_env_and_wrappers(self: Any, env_cls: type, env_cfg: Any, num_envs_per_stage: int) -> Any:
-        return base._setup_env_and_wrappers(self, fastenv_env_cls(env_cls), env_cfg, num_envs_per_stage)
+        cls = fastenv_env_cls(env_cls)
+        options = _cfg_options(env_cfg) if cls is not env_cls else None
+        if options is None or options["pool"] == "per_stage":
+            return base._setup_env_and_wrappers(self, cls, env_cfg, num_envs_per_stage)
+        # One pool for every stage: RLinf builds stage k's env k-th, and it gets the pool's stage k.
+        pool = _Pool(self.stage_num, num_envs_per_stage, num_workers=options["num_workers"])
+        stages = iter(range(self.stage_num))
+
+        def make(**kwargs: Any) -> Any:
+            stage = next(stages, None)
+            if stage is None:
+                raise RuntimeError(f"RLinf built more LIBERO envs than its {self.stage_num} pipeline stages: set fastenv.pool: per_stage")
+            return cls(**kwargs, fastenv_rows=pool.stage(stage))
+
+        try:
+            return base._setup_env_and_wrappers(self, make, env_cfg, num_envs_per_stage)
+        except BaseException:
+            pool.close()
+            raise
 
     return type(name, (base,), {
         "__module__": __name__,

@@ -30,7 +30,7 @@ class Costs:
     command: float = 0.0
     cpus: int = 1
     worker_memory: dict[int, float] = field(default_factory=dict)  # workers -> bytes of all workers, measured
-    memory_available: float | None = None
+    memory_available: float | None = None  # bytes free with the calibration's workers' memory counted free
 
 
 @dataclass
@@ -80,16 +80,16 @@ class CostModel:
         env_mean = c.step_wall + c.reset_rate * c.reset_wall  # per env call, resets amortized
         env_cpu = c.step_cpu + c.reset_rate * c.reset_cpu
         if cand.mode == "dynamic":
-            b = cand.max_batch
-            per_batch = pw0 + pw1 * b + (min(b, w) + b) * c.command  # policy, sends, one reply per env
-            calls = math.ceil(b / w)  # of one worker, for one batch
-            terms = {
-                "policy": (n / b) * per_batch,
-                "workers": (n / w) * (env_mean + c.command),
-                # a batch's steps cannot go faster than the cores do their work
-                "chain": per_batch + max(calls * (env_mean + c.command), b * env_cpu / c.cpus),
-                "cpu": (n * (env_cpu + 2 * c.command) + (n / b) * (pc0 + pc1 * b)) / c.cpus,
-            }
+            terms = self._dynamic_terms(cand.max_batch, w, n, env_mean, env_cpu)
+            if cand.timeout is not None:
+                # A batch holds the envs that became ready while the policy ran and within T after
+                # (recv's deadline), at most B: with envs ready at n per cycle, fewer than B when
+                # T is short, and then more policy calls. Solved by a few fixed-point rounds.
+                b = float(cand.max_batch)
+                for _ in range(6):
+                    cycle = max(terms.values())
+                    b = min(float(cand.max_batch), max(1.0, (n / cycle) * (pw0 + pw1 * b + cand.timeout) if cycle > 0 else cand.max_batch))
+                    terms = self._dynamic_terms(b, w, n, env_mean, env_cpu)
         else:
             s = cand.pipeline_stages
             m = n // s
@@ -108,6 +108,21 @@ class CostModel:
         bound = max(terms, key=terms.get)
         cycle = terms[bound]
         return Prediction(n / cycle if cycle > 0 else float("inf"), cycle, bound, terms)
+
+    def _dynamic_terms(self, b: float, w: int, n: int, env_mean: float, env_cpu: float) -> dict[str, float]:
+        """A dynamically batched cycle's terms for batches of ``b`` envs (on average)."""
+        c = self.costs
+        pw0, pw1 = c.policy_wall
+        pc0, pc1 = c.policy_cpu
+        per_batch = pw0 + pw1 * b + (min(b, w) + b) * c.command  # policy, sends, one reply per env
+        calls = math.ceil(b / w - 1e-9)  # of one worker, for one batch
+        return {
+            "policy": (n / b) * per_batch,
+            "workers": (n / w) * (env_mean + c.command),
+            # a batch's steps cannot go faster than the cores do their work
+            "chain": per_batch + max(calls * (env_mean + c.command), b * env_cpu / c.cpus),
+            "cpu": (n * (env_cpu + 2 * c.command) + (n / b) * (pc0 + pc1 * b)) / c.cpus,
+        }
 
     def memory(self, cand: Candidate, num_envs: int) -> float | None:
         """Predicted bytes of the workers of ``cand``: a line through the measured (workers, bytes)."""

@@ -134,8 +134,10 @@ def tune(
         policy: a callable from a batch of observations (the rows of the envs it serves) to a batch
             of actions, on its own device. Or give ``policy_cost`` instead.
         num_envs: N (needed with one constructor).
-        policy_cost: the policy's measured cost in seconds, ``fixed`` or ``(fixed, per_obs)``;
-            the trials sleep that long and act randomly (a policy on a GPU costs the CPU little).
+        policy_cost: the policy's measured cost in seconds, ``fixed`` or ``(fixed, per_obs)``, or a
+            VLA's published cost (``fastenv.policy_cost``: a preset's name such as ``"pi05-behavior"``,
+            or an ``InferenceCost``); the trials sleep that long and act randomly (a policy on a GPU
+            costs the CPU little).
             Neither given: a policy that costs nothing.
         max_trials: layouts measured after the calibration, the threads refinement included
             (more: closer to the grid's best, at more cost).
@@ -176,6 +178,10 @@ def tune(
         policy_wall, policy_cpu = runner.measure_policy()
         costs = costs_from_calibration(calibration, policy_wall, policy_cpu, cpus, n)
         costs.memory_available = machine.available_memory()
+        if costs.memory_available is not None and memory is not None:
+            # what a layout may use: what is free, and what the calibration's workers hold (a layout
+            # with other workers replaces them; one with the same workers keeps them)
+            costs.memory_available += memory
         if memory is not None:
             costs.worker_memory[default.num_workers] = memory
         model = CostModel(costs)

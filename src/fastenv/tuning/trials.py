@@ -14,6 +14,7 @@ import numpy as np
 from fastenv import machine
 from fastenv._validation import check_positive_int
 from fastenv.core.arrays import leading_dim, put_rows, take_rows
+from fastenv.policy_cost import InferenceCost, inference_cost
 from fastenv.tuning.plan import DEFAULT_SPIN_WAIT
 from fastenv.tuning.space import Candidate
 from fastenv.vector.pipeline import PipelineVectorEnv
@@ -54,7 +55,11 @@ def _as_policy(policy: Any, policy_cost: Any, action_space: Any) -> Callable[[An
     if policy is not None and policy_cost is not None:
         raise ValueError("give the policy or its measured cost (policy_cost), not both")
     if policy is None:
-        fixed, per_obs = (policy_cost, 0.0) if isinstance(policy_cost, (int, float)) else (policy_cost or (0.0, 0.0))
+        if isinstance(policy_cost, (str, InferenceCost)):  # a preset's name (a VLA's published cost), "A,B"
+            cost = inference_cost(policy_cost)
+            fixed, per_obs = cost.per_call_s, cost.per_sample_s
+        else:
+            fixed, per_obs = (policy_cost, 0.0) if isinstance(policy_cost, (int, float)) else (policy_cost or (0.0, 0.0))
         policy = CostPolicy(fixed, per_obs)
     if isinstance(policy, CostPolicy) and policy.single_action_space is None:
         policy.single_action_space = action_space
