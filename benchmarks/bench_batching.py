@@ -11,11 +11,11 @@ Per setting, with the trial runner ``fastenv.tune`` uses:
 1. the grid: every layout of a space over the B_max / T_max trigger (``recv(max_batch=B,
    timeout=T)``: B in {2, 5, 8}, T in {10, 100, 500} ms), synchronous steps and pipeline stages;
 2. ``fastenv.tune`` on the same space (its calibration, cost model and a few trials);
-3. the verdict: the grid's best, the tuned plan, the default (synchronous) layout and the best
-   dynamic layout measured again, interleaved over rounds with longer trials on fresh workers.
+3. the verdict: the grid's best, the tuned plan and the default (synchronous) layout measured
+   again, interleaved over rounds with longer trials on fresh workers.
 
-Reported: the best dynamic layout over synchronous steps, and the plan over the grid's best (aim:
-within 5%). Needs the LIBERO extra (``pip install -e ".[libero]"``).
+Reported: the best dynamic layout over synchronous steps (in the grid; in the verdict too where
+that layout is the grid's best or the plan), and the plan over the grid's best (aim: within 5%). Needs the LIBERO extra (``pip install -e ".[libero]"``).
 
     python benchmarks/bench_batching.py                        # both settings (about 30 min on 2 cores)
     python benchmarks/bench_batching.py --resets in-place      # one
