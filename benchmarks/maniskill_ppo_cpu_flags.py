@@ -1,7 +1,7 @@
-"""Which flags of ManiSkill's PPO baseline learn on a CPU machine: ppo.py patched by the README's diff.
+"""Which flags of ManiSkill's PPO baseline learn on a CPU machine: ppo.py patched by the documented diff.
 
 ManiSkill's ``examples/baselines/ppo/ppo.py`` (not redistributed here: ``--script`` points to it)
-gets the README's patch with ``git apply`` (``patch -p1`` without git) in a temporary folder, then
+gets the documented patch (docs/backends/maniskill.md) with ``git apply`` (``patch -p1`` without git) in a temporary folder, then
 runs there once per ``--flags`` string, one run at a time, with this interpreter. Each run's
 evaluations (the script's ``eval_success_once_mean``, ``eval_success_at_end_mean`` and
 ``eval_return_mean`` lines, at the ``global_step`` of the ``Epoch`` line before them) and its wall
@@ -32,20 +32,20 @@ from typing import Any
 from _common import machine, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+DOCS = ROOT / "docs" / "backends" / "maniskill.md"
 MARKER = "<!-- patch: ManiSkill's examples/baselines/ppo/ppo.py -->"
 FIXED = ["--no-capture-video", "--no-save-model"]
 EPOCH = re.compile(r"^Epoch: (\d+), global_step=(\d+)$")
 METRIC = re.compile(r"^eval_(\w+)_mean=(\S+)$")
 
 
-def readme_diff(readme: Path = README) -> str:
+def readme_diff(readme: Path = DOCS) -> str:
     text = readme.read_text()
     return text[text.index(MARKER):].split("```diff\n", 1)[1].split("```", 1)[0]
 
 
 def patched_script(script: Path, folder: Path) -> Path:
-    """ManiSkill's ppo.py with the README's diff applied, at examples/baselines/ppo/ppo.py under ``folder``."""
+    """ManiSkill's ppo.py with the documented diff applied, at examples/baselines/ppo/ppo.py under ``folder``."""
     target = folder / "examples" / "baselines" / "ppo" / "ppo.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(script, target)
@@ -58,7 +58,7 @@ def patched_script(script: Path, folder: Path) -> Path:
     done = subprocess.run(args, cwd=folder, capture_output=True, text=True, check=False,
                           env={**os.environ, "GIT_CEILING_DIRECTORIES": str(folder.parent)})
     if done.returncode:
-        raise SystemExit(f"the README's diff does not apply to {script}: {done.stdout}{done.stderr}")
+        raise SystemExit(f"the documented diff does not apply to {script}: {done.stdout}{done.stderr}")
     return target
 
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = json.loads(out.read_text()) if args.append and out.exists() else {
         "benchmark": "maniskill_ppo_cpu_flags", "env_id": args.env_id, "runs": []}
     payload.update({"mani_skill": metadata.version("mani_skill"), "machine": machine(),
-                    "patch": "README.md's diff of examples/baselines/ppo/ppo.py"})
+                    "patch": "docs/backends/maniskill.md's diff of examples/baselines/ppo/ppo.py"})
     with tempfile.TemporaryDirectory(prefix="fastenv-ppo-") as folder:
         script = patched_script(args.script, Path(folder))
         for flags in args.flags:

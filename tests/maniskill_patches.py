@@ -1,4 +1,4 @@
-"""The documented patches of ManiSkill's PPO scripts (README.md, docs/backends/maniskill.md): read,
+"""The documented patches of ManiSkill's PPO scripts (docs/backends/maniskill.md): read,
 parsed and applied in Python, without ManiSkill (the tests that run the scripts import this)."""
 
 from __future__ import annotations
@@ -66,13 +66,13 @@ def parse_unified_diff(block: str) -> tuple[str, str, list[Hunk]]:
     return lines[0][4:].split("\t")[0], lines[1][4:].split("\t")[0], hunks
 
 
-def readme_patch(path: Path = README, script: str = "ppo.py") -> list[tuple[str, str]]:
+def readme_patch(path: Path = DOCS, script: str = "ppo.py") -> list[tuple[str, str]]:
     """A documented patch of one of ManiSkill's PPO scripts: (old lines, new lines) per hunk, context included."""
     _, _, hunks = parse_unified_diff(patch_block(path, script))
     return [("\n".join(h.old) + "\n", "\n".join(h.new) + "\n") for h in hunks]
 
 
-def patched_ppo(source: str, path: Path = README, script: str = "ppo.py") -> str:
+def patched_ppo(source: str, path: Path = DOCS, script: str = "ppo.py") -> str:
     """ManiSkill's PPO script with the documented patch applied (each hunk must match exactly once)."""
     for old, new in readme_patch(path, script):
         if source.count(old) != 1:

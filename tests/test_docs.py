@@ -52,7 +52,7 @@ OPTIONAL = {
 
 
 # Snippets of a framework whose pins conflict with fastenv's run in that framework's stack.
-STACK_SNIPPETS = {"fastenv.integrations.rlinf": ".stacks/rlinf", "fastenv.integrations.lerobot": ".stacks/lerobot"}
+STACK_SNIPPETS = {"fastenv.integrations.rlinf": ".stacks/rlinf", "fastenv.integrations.lerobot": ".stacks/lerobot-0.6"}
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 Each framework runs in its own virtual environment (its pins conflict with fastenv's): RLinf's in
 ``.stacks/rlinf`` (``bash scripts/libero_stack.sh rlinf``; CI builds it in the background from
-the session's start), LeRobot's in ``.stacks/lerobot`` (docs/frameworks/lerobot.md). A test whose
-framework is not there is skipped and says how to make it, the way ManiSkill's scripts are gated;
-CI runs the RLinf equality.
+the session's start), LeRobot 0.6's in ``.stacks/lerobot-0.6`` (``bash scripts/libero_stack.sh lerobot-0.6``)
+and 0.4.4's in ``.stacks/lerobot`` (docs/frameworks/lerobot.md). A test whose framework is not there
+is skipped and says how to make it, the way ManiSkill's scripts are gated; CI runs the RLinf equality.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from fastenv.conformance import rlinf as rlinf_conformance
 from fastenv.integrations import rlinf as rlinf_integration
 
-LEROBOT = ROOT / ".stacks" / "lerobot"
+LEROBOT = ROOT / ".stacks" / "lerobot"  # LeRobot 0.4.4
+LEROBOT_06 = ROOT / ".stacks" / "lerobot-0.6"  # LeRobot 0.6.1, Python 3.12
 
 
 def _commit_sample(options: list[str]) -> str:
@@ -166,22 +167,63 @@ def test_the_rlinf_drop_in_equals_rlinfs_own_liberoenv_and_env_worker(tmp_path):
             assert len(facts[run]["videos written"]) == 2 and all(v.endswith(".mp4") for v in facts[run]["videos written"])
 
 
+def _policy(name: str, module: str | None = None, **config):
+    """An object shaped as LeRobot's policy ``name`` (its class name, module and queues)."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    cls = type("Policy", (), {"name": name, "select_action": lambda self, batch: None, "predict_action_chunk": lambda self, batch: None})
+    cls.__module__ = module or f"lerobot.policies.{name}.modeling_{name}"
+    policy = cls()
+    policy.config = SimpleNamespace(**config)
+    policy._action_queue, policy._queues = deque(), {"action": deque()}
+    return policy
+
+
+def test_which_observations_a_lerobot_policy_reads_follows_its_queue():
+    from fastenv.integrations.lerobot import OBSERVATION_READS, observation_reader
+
+    assert {"pi0", "pi05", "smolvla", "act", "diffusion"} <= set(OBSERVATION_READS)
+    for name, queue in (("pi0", "_action_queue"), ("pi05", "_action_queue"), ("act", "_action_queue"), ("smolvla", "action")):
+        policy = _policy(name, n_obs_steps=1)
+        reads = observation_reader(policy)
+        target = policy._action_queue if queue == "_action_queue" else policy._queues["action"]
+        assert reads()  # an empty queue: the next call computes a chunk from its observation
+        target.extend([1, 2])
+        assert not reads()
+    diffusion = _policy("diffusion", n_obs_steps=2)
+    reads = observation_reader(diffusion)
+    diffusion._queues["action"].extend([1, 2])
+    assert not reads()
+    diffusion._queues["action"].pop()
+    assert reads()  # one action left: the next observation is in the history the next chunk reads
+    # Where the policy may read every observation, nothing is skipped:
+    assert observation_reader(_policy("act", temporal_ensemble_coeff=0.01)) is None
+    assert observation_reader(_policy("pi0", rtc_config=type("RTC", (), {"enabled": True})())) is None
+    assert observation_reader(_policy("groot")) is None  # not tested here: every observation rendered
+    assert observation_reader(_policy("pi0", module="my_lab.policies")) is None  # a class of another package
+    patched = _policy("pi0")
+    patched.select_action = lambda batch: None
+    assert observation_reader(patched) is None  # an instance with its own select_action
+
+
 # -- LeRobot, in its stack ----------------------------------------------------------------------------
 
-def _lerobot_python() -> Path:
-    python = LEROBOT / "bin" / "python"
+def _lerobot_python(stack: Path = LEROBOT) -> Path:
+    python = stack / "bin" / "python"
     if python.exists():
         check = subprocess.run([str(python), "-c", "import lerobot.envs.libero, lerobot.policies.act.modeling_act"], check=False, capture_output=True, text=True,
-                               env={**os.environ, "LIBERO_CONFIG_PATH": str(LEROBOT / "libero-config")})
+                               env={**os.environ, "LIBERO_CONFIG_PATH": str(stack / "libero-config")})
         if check.returncode == 0:
             return python
-    pytest.skip(f"LeRobot's stack is not in {LEROBOT.relative_to(ROOT)}: docs/frameworks/lerobot.md says how to make it")
+    pytest.skip(f"LeRobot's stack is not in {stack.relative_to(ROOT)}: docs/frameworks/lerobot.md says how to make it")
 
 
 @pytest.mark.libero
 @pytest.mark.timeout(1800)
 def test_the_lerobot_drop_in_equals_lerobots_own_env_in_its_eval_loop(tmp_path):
-    result = _run(_lerobot_python(), "fastenv.conformance.lerobot", ["--tasks", "libero_goal/3", "--batches", "2"], tmp_path, LEROBOT)
+    result = _run(_lerobot_python(), "fastenv.conformance.lerobot", ["--tasks", "libero_goal/3", "--batches", "2", "--policies", "scripted", "act"],
+                  tmp_path, LEROBOT)
     assert len(result["cases"]) == 3
     for case in result["cases"]:
         assert case["equal"], case["differences"]
@@ -190,6 +232,49 @@ def test_the_lerobot_drop_in_equals_lerobots_own_env_in_its_eval_loop(tmp_path):
         else:
             assert all(case["successes"])  # episodes ended by success, and the next ones started from the next init states
     assert result["returncode"] == 0
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("async_envs", [False, True], ids=["sync", "async"])
+def test_lerobot_06_on_fastenv_renders_only_what_each_policy_reads_with_lerobots_results(tmp_path, async_envs):
+    """LeRobot 0.6.1's eval loop, fastenv's env through the skipping rollout against LeRobot's own:
+    chunked policies of LeRobot's classes (and scripted actions) equal value for value, with most
+    steps' cameras not rendered; a negative control (the skip told pi0 never reads) differs."""
+    python = _lerobot_python(LEROBOT_06)
+    args = ["--tasks", "libero_10/2", "--batches", "1", "--policies", "pi0", "diffusion", *([] if async_envs else ["scripted", "--control"])]
+    result = _run(python, "fastenv.conformance.lerobot", [*args, *(["--async-envs"] if async_envs else [])], tmp_path, LEROBOT_06)
+    assert len(result["cases"]) == (2 if async_envs else 5)
+    for case in result["cases"]:
+        name, counts = case["case"].split(" ", 1)[1].split(",")[0], case["counts"]["fastenv"]
+        if case["negative control"]:
+            assert not case["equal"]  # reading blank images changes the actions: the comparison sees it
+            continue
+        assert case["equal"], case["differences"]
+        if name in ("pi0", "diffusion"):
+            assert counts["policy reads"] >= 2 and 0 < counts["steps without camera renders"] < counts["env steps"]
+        else:
+            assert counts["steps without camera renders"] == 0  # a policy that may read every step: nothing skipped
+    assert result["stack"]["lerobot"].startswith("0.6")
+    assert result["returncode"] == 0
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("stack", [LEROBOT_06, LEROBOT], ids=["lerobot-0.6", "lerobot-0.4"])
+def test_lerobot_eval_runs_through_fastenv_with_its_own_arguments(tmp_path, stack):
+    python = _lerobot_python(stack)
+    env = {**os.environ, "LIBERO_CONFIG_PATH": str(stack / "libero-config"), "HF_HUB_OFFLINE": "1"}
+    args = ["--env.type=libero", "--env.task=libero_goal", "--env.task_ids=[3]", "--env.episode_length=5", "--policy.type=act",
+            "--policy.pretrained_backbone_weights=null", "--policy.device=cpu", "--policy.push_to_hub=false",
+            "--eval.n_episodes=1", "--eval.batch_size=1", f"--output_dir={tmp_path / 'out'}"]
+    if stack == LEROBOT_06:
+        args += ["--env.observation_height=64", "--env.observation_width=64"]
+    run = subprocess.run([str(python), "-m", "fastenv.integrations.lerobot", *args], cwd=tmp_path, env=env, check=False, capture_output=True, text=True, timeout=800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
+    assert info["overall"]["n_episodes"] == 1
+    assert list((tmp_path / "out" / "videos").rglob("*.mp4"))  # rendered through the drop-in's render()
 
 
 # -- RLinf's main branch, in its own stack (never built by CI) -----------------------------------------
@@ -298,16 +383,3 @@ def test_a_reset_to_a_whole_mujoco_state_equals_the_reset_to_that_init_state_id(
         env.close()
 
 
-@pytest.mark.libero
-@pytest.mark.timeout(900)
-def test_lerobot_eval_runs_through_fastenv_with_its_own_arguments(tmp_path):
-    python = _lerobot_python()
-    env = {**os.environ, "LIBERO_CONFIG_PATH": str(LEROBOT / "libero-config"), "HF_HUB_OFFLINE": "1"}
-    args = ["--env.type=libero", "--env.task=libero_goal", "--env.task_ids=[3]", "--env.episode_length=5", "--policy.type=act",
-            "--policy.pretrained_backbone_weights=null", "--policy.device=cpu", "--policy.push_to_hub=false",
-            "--eval.n_episodes=1", "--eval.batch_size=1", f"--output_dir={tmp_path / 'out'}"]
-    run = subprocess.run([str(python), "-m", "fastenv.integrations.lerobot", *args], cwd=tmp_path, env=env, check=False, capture_output=True, text=True, timeout=800)
-    assert run.returncode == 0, run.stderr[-3000:]
-    info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
-    assert info["overall"]["n_episodes"] == 1
-    assert list((tmp_path / "out" / "videos").rglob("*.mp4"))  # rendered through the drop-in's render()

@@ -1,5 +1,5 @@
 """The documented patches of ManiSkill's PPO scripts are unified diffs that `git apply` and `patch`
-take as they are (README.md, docs/backends/maniskill.md).
+take as they are (docs/backends/maniskill.md).
 
 Without ManiSkill: each diff applies to a file made of its own context and removed lines. With
 MANISKILL_PPO_SCRIPT / MANISKILL_PPO_RGB_SCRIPT (ManiSkill's scripts, not redistributed here):
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from maniskill_patches import DOCS, README, parse_unified_diff, patch_block, patched_ppo, pre_image
+from maniskill_patches import DOCS, parse_unified_diff, patch_block, patched_ppo, pre_image
 
-BLOCKS = [(README, "ppo.py"), (DOCS, "ppo.py"), (DOCS, "ppo_rgb.py")]
+BLOCKS = [(DOCS, "ppo.py"), (DOCS, "ppo_rgb.py")]
 SCRIPTS = {"ppo.py": os.environ.get("MANISKILL_PPO_SCRIPT"), "ppo_rgb.py": os.environ.get("MANISKILL_PPO_RGB_SCRIPT")}
 
 
@@ -49,7 +49,7 @@ def checkout(tmp_path: Path, script: str, source: str) -> tuple[Path, Path]:
     return tree, target
 
 
-@pytest.mark.parametrize(("doc", "script"), BLOCKS, ids=["README-ppo.py", "docs-ppo.py", "docs-ppo_rgb.py"])
+@pytest.mark.parametrize(("doc", "script"), BLOCKS, ids=["docs-ppo.py", "docs-ppo_rgb.py"])
 def test_the_documented_patches_are_unified_diffs_that_git_apply_and_patch_take(tmp_path, doc, script):
     block = patch_block(doc, script)
     old_file, new_file, hunks = parse_unified_diff(block)  # file headers, @@ -l,n +l,n @@ with counts that add up
@@ -70,7 +70,7 @@ def test_the_documented_patches_are_unified_diffs_that_git_apply_and_patch_take(
     assert target.read_text() == patched_ppo(source, doc, script)
 
 
-@pytest.mark.parametrize(("doc", "script"), BLOCKS, ids=["README-ppo.py", "docs-ppo.py", "docs-ppo_rgb.py"])
+@pytest.mark.parametrize(("doc", "script"), BLOCKS, ids=["docs-ppo.py", "docs-ppo_rgb.py"])
 def test_the_documented_patches_apply_to_maniskills_scripts(tmp_path, doc, script):
     if SCRIPTS[script] is None:
         pytest.skip(f"set {'MANISKILL_PPO_SCRIPT' if script == 'ppo.py' else 'MANISKILL_PPO_RGB_SCRIPT'} to ManiSkill's "
@@ -89,7 +89,7 @@ def test_the_documented_patches_apply_to_maniskills_scripts(tmp_path, doc, scrip
 
 # -- benchmarks/maniskill_ppo_cpu_flags.py: the patched script's evaluations, per run of flags ---------
 def flags_benchmark():
-    sys.path.insert(0, str(README.parent / "benchmarks"))
+    sys.path.insert(0, str(DOCS.parents[2] / "benchmarks"))
     import maniskill_ppo_cpu_flags
 
     return maniskill_ppo_cpu_flags
@@ -97,9 +97,9 @@ def flags_benchmark():
 
 def test_the_flags_benchmark_patches_ppo_py_with_the_readmes_diff_and_reads_its_evaluations(tmp_path):
     bench = flags_benchmark()
-    assert bench.readme_diff() == patch_block(README)
+    assert bench.readme_diff() == patch_block(DOCS)
     source = tmp_path / "ppo.py"
-    source.write_text(pre_image(patch_block(README)))
+    source.write_text(pre_image(patch_block(DOCS)))
     script = bench.patched_script(source, tmp_path / "work")
     assert script.read_text() == patched_ppo(source.read_text())
     stdout = "\n".join([  # ppo.py's lines: an evaluation at the start of iterations 1 and 11

@@ -1,10 +1,9 @@
 """LeRobot's LIBERO env on fastenv: LeRobot's own class, eval loop and data, with the waste cut.
 
 LeRobot (``lerobot``, with ``hf-libero``) evaluates on LIBERO through
-``lerobot.envs.libero.LiberoEnv`` in a ``SyncVectorEnv``, one action per step (a policy keeps its
-chunk in a queue). ``LiberoEnv`` here is LeRobot's class, its ``reset``, ``step``, observation
-format, success flags and init-state schedule running as LeRobot wrote them, over a simulator
-that wastes less:
+``lerobot.envs.libero.LiberoEnv``, one action per step (a policy keeps its chunk in a queue).
+``LiberoEnv`` here is LeRobot's class, its ``reset``, ``step``, observation format, success flags
+and init-state schedule running as LeRobot wrote them, over a simulator that wastes less:
 
 - a reset puts the init state into the built model in place, bit for bit a rebuilt one (LIBERO's
   default rebuilds the MuJoCo model and its renderer at every reset: seconds each), without
@@ -13,10 +12,16 @@ that wastes less:
 - each step runs fastenv's control loop (compiled where numba is installed) and renders only the
   observation LeRobot reads: the cameras it asked for, the robot's proprioception, none of the
   object-state sensors LeRobot drops;
-- one render context per process for all envs of a task.
+- one render context per process for all envs of a task;
+- under ``lerobot-eval`` (``main``), a policy that reads an observation only when its action queue
+  is empty (``OBSERVATION_READS``: pi0, pi0.5, SmolVLA, ACT without temporal ensembling, diffusion's
+  last ``n_obs_steps``) gets its cameras rendered only at the steps where it will read them, and at
+  the steps a video keeps (one camera); the other steps' images are blank (zeros), their robot state
+  real. Every action, reward, success and episode result is LeRobot's own
+  (``fastenv.conformance.lerobot``).
 
-LeRobot's loop reads every step's observation, so the chunk-end observation saving does not apply
-here; ``fastenv.integrations.rlinf`` and fastenv's own envs have it.
+Tested with LeRobot 0.6.1 (Python >= 3.12; ``lerobot-eval`` with its async envs: fastenv's env in
+LeRobot's worker processes) and 0.4.4 (its ``SyncVectorEnv`` only).
 
 Switch with one import, ``from fastenv.integrations.lerobot import make_env`` in place of
 ``lerobot.envs.factory``'s, or run ``lerobot-eval`` through fastenv:
@@ -27,111 +32,46 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.metadata
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from fastenv._deps import require
+from fastenv.integrations._libero_sim import Simulator as _Simulator
 
-__all__ = ["main", "make_env"]  # and LiberoEnv, built at first use where LeRobot is installed
+__all__ = ["OBSERVATION_READS", "main", "make_env", "observation_reader"]  # and LiberoEnv, built at first use where LeRobot is installed
 
 # What LeRobot's LiberoEnv reads of a raw LIBERO observation (``_format_raw_obs``), besides images.
 STATE_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "robot0_gripper_qvel", "robot0_joint_pos", "robot0_joint_vel")
-HORIZON = 1000  # LIBERO's ControlEnv default, which LeRobot keeps (ignore_done=False)
 
 
-class _Observation(Mapping):
-    """A step's raw observation, computed when first read (the settling steps' never are).
-
-    Read after a later step or reset, it refuses: it would no longer be that step's.
-    """
-
-    def __init__(self, sim: _Simulator) -> None:
-        self._sim, self._generation, self._value = sim, sim.generation, None
-
-    def _get(self) -> Mapping[str, Any]:
-        if self._value is None:
-            if self._generation != self._sim.generation:
-                raise RuntimeError("a LIBERO observation read after the env moved on: read each step's before the next")
-            self._value = self._sim.observe()
-        return self._value
-
-    def __getitem__(self, key: str) -> Any:
-        return self._get()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
+def lerobot_version() -> tuple[int, ...]:
+    """LeRobot's installed version, as numbers (0.4.4 -> (0, 4, 4))."""
+    text = importlib.metadata.version("lerobot")
+    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in text.split(".")[:3])
 
 
-class _Simulator:
-    """LIBERO's ``OffScreenRenderEnv`` as LeRobot's ``LiberoEnv`` calls it, on fastenv's adapter."""
+def _adapter_for(task_suite: Any, task_id: int, camera_name: list[str], height: int, width: int, control_freq: float | None = None) -> Any:
+    from fastenv.backends.libero import LiberoAdapter, LiberoTask
+    from fastenv.backends.libero.task import _libero
 
-    def __init__(self, adapter: Any) -> None:
-        self._adapter = adapter
-        self._reset_pending = True
-        self.generation = 0
-
-    # what LeRobot reads through ``self._env``
-    @property
-    def env(self) -> Any:
-        return self._adapter._raw
-
-    @property
-    def robots(self) -> Any:
-        return self._adapter._raw.robots
-
-    def check_success(self) -> bool:
-        return self._adapter._env.check_success()
-
-    def seed(self, seed: int | None) -> None:
-        # LIBERO seeds numpy's global generator (OS entropy for None), and its reset draws the
-        # scene from it: the reset here draws from a copy of what that seeding left.
-        self._adapter._env.seed(seed)
-        self._adapter._randomness.state = np.random.get_state()
-
-    def reset(self) -> _Observation:
-        # LeRobot puts an init state right after: the reset happens with it (unless none comes).
-        self._reset_pending = True
-        self.generation += 1
-        return _Observation(self)
-
-    def set_init_state(self, state: np.ndarray) -> dict[str, np.ndarray]:
-        self._reset(state)
-        return self.observe()
-
-    def _reset(self, state: np.ndarray | None) -> None:
-        options = None if state is None else {"init_state": state}
-        self._adapter.reset(seed=None, options=options, rng=np.random.default_rng())
-        self._reset_pending = False
-        self.generation += 1
-
-    def observe(self) -> dict[str, np.ndarray]:
-        if self._reset_pending:
-            self._reset(None)
-        return self._adapter.observe()
-
-    def step(self, action: Any) -> tuple[_Observation, float, bool, dict]:
-        if self._reset_pending:
-            self._reset(None)
-        raw = self._adapter._raw
-        if raw.timestep >= HORIZON:
-            raise ValueError("executing action in terminated episode")  # robosuite's own check and words
-        reward, success, _, _ = self._adapter.substep(action)
-        self.generation += 1
-        return _Observation(self), reward, success, {}  # LIBERO: done is success; robosuite's info is empty
-
-    def close(self) -> None:
-        self._adapter.close()
+    task = task_suite.get_task(task_id)
+    bddl = f"{_libero().get_libero_path('bddl_files')}/{task.problem_folder}/{task.bddl_file}"
+    cameras = [key[: -len("_image")] for key in camera_name]
+    keys = [f"{cam}_image" for cam in cameras] + list(STATE_KEYS)
+    return LiberoAdapter(
+        LiberoTask(str(getattr(task_suite, "name", "")), -1, bddl, None, task.language),
+        keys=keys, camera_size=(height, width), control_freq=control_freq,
+    )
 
 
 @functools.cache
 def _env_class() -> type:
     libero = require("lerobot.envs.libero", "lerobot", "LeRobot (lerobot) with hf-libero")
+    stock_init = libero.LiberoEnv.__init__
 
     class LiberoEnv(libero.LiberoEnv):  # type: ignore[misc, name-defined]
         """LeRobot's ``LiberoEnv`` (same arguments, observations, infos and init-state schedule) on fastenv.
@@ -140,21 +80,58 @@ def _env_class() -> type:
             >>> env = LiberoEnv(task_suite=suite, task_id=3, task_suite_name="libero_goal", obs_type="pixels_agent_pos")
         """
 
-        def _make_envs_task(self, task_suite: Any, task_id: int = 0) -> _Simulator:
-            from fastenv.backends.libero import LiberoAdapter, LiberoTask
-            from fastenv.backends.libero.task import _libero
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._task_suite = kwargs.get("task_suite", args[0] if args else None)
+            stock_init(self, *args, **kwargs)
+            if getattr(self, "hard_reset", True) is False:
+                raise ValueError(
+                    "hard_reset=False: fastenv's reset is in place already and equals LIBERO's hard reset bit for bit; "
+                    "LIBERO's soft reset (which may differ from it) is not reproduced. Use hard_reset=True (the default)"
+                )
 
+        # LeRobot 0.4: the simulator is built with the env
+        def _make_envs_task(self, task_suite: Any, task_id: int = 0) -> _Simulator:
             task = task_suite.get_task(task_id)
-            self.task = task.name
-            self.task_description = task.language
-            bddl = f"{_libero().get_libero_path('bddl_files')}/{task.problem_folder}/{task.bddl_file}"
-            cameras = [key[: -len("_image")] for key in self.camera_name]
-            keys = [f"{cam}_image" for cam in cameras] + list(STATE_KEYS)
-            adapter = LiberoAdapter(
-                LiberoTask(str(getattr(task_suite, "name", "")), -1, bddl, None, task.language),
-                keys=keys, camera_size=(self.observation_height, self.observation_width),
-            )
-            return _Simulator(adapter)
+            self.task, self.task_description = task.name, task.language
+            return _Simulator(_adapter_for(task_suite, task_id, list(self.camera_name), self.observation_height, self.observation_width))
+
+        # LeRobot 0.5+: at the first reset, inside the worker process
+        def _ensure_env(self) -> None:
+            if self._env is None:
+                sim = _Simulator(_adapter_for(self._task_suite, self.task_id, list(self.camera_name), self.observation_height,
+                                              self.observation_width, self.control_freq))
+                # LeRobot resets a new env at once, drawing its scene from numpy's global generator
+                # as it stands (what a render before the next reset shows): so does this one, when read.
+                # (its build draws a scene, then its reset another: the second is the one shown)
+                sim.reset(draws=2, from_global=True)
+                self._env = sim
+
+        def render(self) -> np.ndarray:
+            # LeRobot's frame: its first camera's image of the last observation, turned 180 degrees
+            # (LeRobot 0.5+ reads it from robosuite's cached observation). Only that camera renders.
+            self._ensure_env()
+            camera = self.camera_name[0]
+            return self._env.observe([camera])[camera][::-1, ::-1]
+
+        def fastenv_observe_next(self, observe: bool) -> None:
+            """Whether the next step renders its cameras (False: blank images, the robot state real).
+
+            It holds for the steps of an autoreset too: the reset's observation, returned at a step
+            the policy does not read, is blank then.
+            """
+            self._ensure_env()
+            self._env.observe_next = bool(observe)
+
+        def step(self, action: np.ndarray) -> tuple:
+            out = super().step(action)
+            if not self._env.observe_next:
+                self._fastenv_skipped = getattr(self, "_fastenv_skipped", 0) + 1
+            return out
+
+        @property
+        def fastenv_renders_skipped(self) -> int:
+            """Steps of this env returned with blank images."""
+            return getattr(self, "_fastenv_skipped", 0)
 
     LiberoEnv.__module__ = __name__
     return LiberoEnv
@@ -172,31 +149,151 @@ def _fastenv_libero() -> Iterator[None]:
         libero.LiberoEnv = stock
 
 
+def _build_in_worker(env_fn: Callable[[], Any]) -> Any:
+    """An env factory of LeRobot's, run (in its worker process) with fastenv's env class in place.
+
+    The factory reached the worker pickled by value (a closure), with its own copy of the globals
+    it names: the class is put in there too.
+    """
+    func = getattr(env_fn, "func", env_fn)
+    names = getattr(func, "__globals__", {})
+    with _fastenv_libero():
+        if "LiberoEnv" not in names:
+            return env_fn()
+        stock, names["LiberoEnv"] = names["LiberoEnv"], _env_class()
+        try:
+            return env_fn()
+        finally:
+            names["LiberoEnv"] = stock
+
+
 def make_env(cfg: Any, n_envs: int = 1, use_async_envs: bool = False, **kwargs: Any) -> Any:
     """LeRobot's ``make_env`` with fastenv's LIBERO env: ``{suite: {task_id: vector env}}``.
 
-    Any other env type is LeRobot's own. ``use_async_envs=True`` is refused for LIBERO: LeRobot's
-    eval loop reads ``env.envs[0]``, which only ``SyncVectorEnv`` has (it fails the same way with
-    LeRobot's env).
+    Any other env type is LeRobot's own. With LeRobot 0.5+, ``use_async_envs=True`` builds LeRobot's
+    own lazily started ``AsyncVectorEnv`` with fastenv's env in each of its worker processes.
+    LeRobot 0.4 refuses async envs for LIBERO: its eval loop reads ``env.envs[0]``, which only
+    ``SyncVectorEnv`` has (it fails the same way with LeRobot's env).
     """
     factory = require("lerobot.envs.factory", "lerobot", "LeRobot (lerobot)")
     if "libero" not in str(getattr(cfg, "type", "")):
         return factory.make_env(cfg, n_envs=n_envs, use_async_envs=use_async_envs, **kwargs)
-    if use_async_envs:
+    if use_async_envs and lerobot_version() < (0, 5):
         raise ValueError(
-            "use_async_envs=True with LIBERO: LeRobot's eval loop reads env.envs[0], which only SyncVectorEnv has "
-            "(lerobot 0.4.4 fails with AttributeError on its own env too); use the default use_async_envs=False"
+            "use_async_envs=True with LIBERO: LeRobot 0.4's eval loop reads env.envs[0], which only SyncVectorEnv has "
+            "(lerobot 0.4.4 fails with AttributeError on its own env too); use use_async_envs=False"
         )
     with _fastenv_libero():  # SyncVectorEnv builds its envs here
-        return factory.make_env(cfg, n_envs=n_envs, use_async_envs=False, **kwargs)
+        envs = factory.make_env(cfg, n_envs=n_envs, use_async_envs=use_async_envs, **kwargs)
+    for suite in envs.values():
+        for vec in suite.values():
+            fns = getattr(vec, "_env_fns", None)  # LeRobot's lazy AsyncVectorEnv: its workers build the envs later
+            if fns is not None and getattr(vec, "_env", None) is None:
+                vec._env_fns = [functools.partial(_build_in_worker, fn) for fn in fns]
+            vec._fastenv = True
+    return envs
+
+
+# -- observations only where the policy reads them ---------------------------------------------------
+
+#: For each policy LeRobot evaluates on LIBERO: which observations its ``select_action`` reads
+#: (LeRobot 0.6.1's code; docs/frameworks/lerobot.md has the table with the lines). A policy whose
+#: rule is None reads every observation: nothing is skipped for it.
+OBSERVATION_READS: dict[str, str | None] = {
+    "pi0": "the observation of a call whose action queue (`_action_queue`) is empty: one per `n_action_steps`",
+    "pi05": "the observation of a call whose action queue (`_action_queue`) is empty: one per `n_action_steps`",
+    "smolvla": "the observation of a call whose action queue (`_queues['action']`) is empty: one per `n_action_steps`",
+    "act": "the observation of a call whose action queue (`_action_queue`) is empty; every one with temporal ensembling",
+    "diffusion": "the last `n_obs_steps` observations before a call whose action queue (`_queues['action']`) is empty",
+}
+_QUEUES = {"pi0": ("_action_queue", None), "pi05": ("_action_queue", None), "act": ("_action_queue", None),
+           "smolvla": ("_queues", "action"), "diffusion": ("_queues", "action")}
+
+
+def observation_reader(policy: Any) -> Callable[[], bool] | None:
+    """A function saying, after a ``select_action`` call, whether ``policy`` reads the next
+    call's observation; None where it may read every one (a policy not in ``OBSERVATION_READS``,
+    a subclass, an instance with its own ``select_action``, ACT's temporal ensembling, RTC)."""
+    name = getattr(type(policy), "name", None)
+    if name not in _QUEUES or not type(policy).__module__.startswith(f"lerobot.policies.{name}."):
+        return None
+    if "select_action" in vars(policy) or "predict_action_chunk" in vars(policy):
+        return None
+    config = policy.config
+    if getattr(config, "temporal_ensemble_coeff", None) is not None:
+        return None
+    rtc = getattr(config, "rtc_config", None)
+    if rtc is not None and getattr(rtc, "enabled", False):
+        return None
+    history = int(getattr(config, "n_obs_steps", 1)) if name == "diffusion" else 1
+    attr, key = _QUEUES[name]
+
+    def reads_next() -> bool:
+        queue = getattr(policy, attr)
+        return len(queue if key is None else queue[key]) < history
+
+    return reads_next
+
+
+def _observe_next(env: Any, observe: bool) -> None:
+    envs = getattr(env, "envs", None)
+    if envs is not None:  # SyncVectorEnv: in this process
+        for sub in envs:
+            sub.get_wrapper_attr("fastenv_observe_next")(observe)
+    else:  # LeRobot's (lazy) AsyncVectorEnv: once to every worker, only when it changes
+        env.call("fastenv_observe_next", observe)
+
+
+def skipping_rollout(stock_rollout: Callable[..., dict]) -> Callable[..., dict]:
+    """LeRobot's ``rollout`` that renders a fastenv env's cameras only at the steps its policy reads.
+
+    Unchanged (every step rendered) where the env is not fastenv's, the policy may read every
+    observation (``observation_reader``), or the rollout keeps them all (``return_observations``,
+    a dataset recording).
+    """
+
+    @functools.wraps(stock_rollout)
+    def rollout(*args: Any, **kwargs: Any) -> dict:
+        env = kwargs["env"] if "env" in kwargs else args[0]
+        policy = kwargs["policy"] if "policy" in kwargs else args[1]
+        reads_next = observation_reader(policy)
+        keeps_all = bool(kwargs.get("return_observations")) or kwargs.get("recording_dir") is not None
+        if reads_next is None or keeps_all or not getattr(env, "_fastenv", False):
+            return stock_rollout(*args, **kwargs)
+        select = policy.select_action
+        observing = [True]
+
+        def select_action(*a: Any, **k: Any) -> Any:
+            action = select(*a, **k)
+            observe = reads_next()
+            if observe != observing[0]:
+                _observe_next(env, observe)
+                observing[0] = observe
+            return action
+
+        policy.select_action = select_action
+        try:
+            return stock_rollout(*args, **kwargs)
+        finally:
+            del policy.select_action
+            if not observing[0]:
+                _observe_next(env, True)
+
+    return rollout
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``lerobot-eval`` with fastenv's LIBERO env: ``python -m fastenv.integrations.lerobot <its arguments>``."""
+    """``lerobot-eval`` with fastenv's LIBERO env: ``python -m fastenv.integrations.lerobot <its arguments>``.
+
+    With LeRobot 0.5+, a policy that reads an observation only when its action queue is empty
+    gets its cameras rendered only then (``skipping_rollout``).
+    """
     lerobot_eval = require("lerobot.scripts.lerobot_eval", "lerobot", "LeRobot's lerobot-eval")
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     lerobot_eval.make_env = make_env  # the name its eval_main calls
+    if lerobot_version() >= (0, 5):
+        lerobot_eval.rollout = skipping_rollout(lerobot_eval.rollout)  # the name its eval_policy calls
     lerobot_eval.main()
 
 

@@ -113,6 +113,7 @@ class LiberoAdapter:
         fast_substep: run robosuite's control loop with less around the same arithmetic
             (``_ControlLoop``, bit for bit robosuite's); False runs robosuite's own loop, for
             measuring what the fast one saves.
+        control_freq: robosuite's control rate in Hz (None: LIBERO's default, 20).
 
     A kept key's sensor gets every sensor it reads (``observables.sensor_dependencies``); a
     sub-step records where the stock step would sample the observables, so ``observe()`` after it
@@ -137,6 +138,7 @@ class LiberoAdapter:
         init_state_id: int | None = None,
         hard_reset: bool = False,
         fast_substep: bool = True,
+        control_freq: float | None = None,
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"LIBERO renders headless: render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -146,6 +148,7 @@ class LiberoAdapter:
         self.render_camera = render_camera
         self.hard_reset = bool(hard_reset)
         self.fast_substep = bool(fast_substep)
+        self.control_freq = control_freq
         self.init_state_id = self._check_init_state_id(init_state_id)
         self._env: Any = None
         self._owned = True
@@ -173,6 +176,7 @@ class LiberoAdapter:
         self.render_mode = None
         self.render_camera = raw.camera_names[0] if raw.camera_names else "agentview"
         self.fast_substep = True
+        self.control_freq = None  # the adopted env keeps its own
         self._user_hard_reset = bool(raw.hard_reset)
         self.hard_reset = bool(raw.hard_reset)
         self.init_state_id = None
@@ -214,6 +218,7 @@ class LiberoAdapter:
             # fastenv counts steps and truncates; robosuite's own horizon would refuse later steps.
             ignore_done=True,
             hard_reset=self.hard_reset,
+            **({} if self.control_freq is None else {"control_freq": self.control_freq}),
         )
 
     def _adopt_built_env(self) -> None:
@@ -524,12 +529,34 @@ class LiberoAdapter:
             action = np.concatenate((action[:3], action[-1:]), axis=-1)
         return action
 
-    def observe(self) -> ObsType:
+    def observe(self, keys: Sequence[str] | None = None) -> ObsType:
         """The observation the stock ``env.step`` would have returned after the last sub-step
         (after a reset: the reset's). Observable timers are left alone: the next step samples
-        where the stock env's would."""
+        where the stock env's would.
+
+        ``keys`` (among this env's keys) computes only those and what their sensors read: no
+        camera renders unless a camera's image is asked for. The rest stays pending: a later
+        ``observe()`` of the same step computes it, as the stock step had.
+        """
         raw = self._raw
         point = self._point
+        if keys is not None:
+            names = set(keys)
+            unknown = sorted(names - set(self.keys))
+            if unknown:
+                raise ValueError(f"observe(keys=...) takes this env's keys {list(self.keys)}; got {unknown}")
+            direct = {key for key in names if key in self._modality}
+            grouped = {m for key in names - direct for m in [key[: -len("-state")]]}  # a modality's concatenation
+            members = {name for name, m in self._modality.items() if m in grouped and raw._observables[name].is_active()}
+            if point is not None and point.pending:
+                needed = closure(direct | members, self._deps)
+                part = [o for o in self._enabled if o.name in needed]
+                if any(self._modality[o.name] == "image" for o in part):
+                    _make_gl_current(raw)
+                with point.at():
+                    sample_observables(raw, part)
+            concatenated = raw._get_observations() if grouped else {}
+            return {key: np.asarray(raw._observables[key].obs if key in direct else concatenated[key]) for key in keys}
         if point is not None and point.pending:
             _make_gl_current(raw)
             self._sample_at_point(point)
