@@ -144,6 +144,25 @@ def summarize(rounds: list[dict[str, Any]], reference: str) -> dict[str, Any]:
     return rows
 
 
+def chart(payload: dict[str, Any], path: Path) -> None:
+    """Seconds per episode of every row, stock and fastenv, grouped by loop."""
+    from _common import figure
+
+    labels, values, colors = [], [], []
+    for loop, data in payload["loops"].items():
+        short = loop.split(" ")[0]  # lerobot-eval, openpi
+        for label, row in data["rows"].items():
+            labels.append(label if label.startswith("openpi") else f"{short}: {label}")
+            values.append(row["seconds per episode"])
+            colors.append("tab:gray" if row["speed-up"] == 1.0 else "tab:blue")
+    with figure(path, "A LIBERO evaluation episode, 256 px", figsize=(10, 4.5)) as ax:
+        ax.barh(labels[::-1], values[::-1], color=colors[::-1], label="seconds per episode")
+        for y, v in enumerate(values[::-1]):
+            ax.text(v, y, f" {v:.1f}", va="center")
+        ax.set_xlabel("seconds (median of rounds); gray: stock")
+        ax.set_xlim(0, max(values) * 1.15)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--openpi", type=Path, help="a checkout of openpi (its examples/libero/main.py); without it, no openpi rows")
@@ -151,12 +170,16 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=50, help="the LeRobot policy's n_action_steps")
     parser.add_argument("--out", default="results/bench_vla_eval.json")
     parser.add_argument("--lerobot-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--chart-only", action="store_true", help="redraw the chart from --out's JSON")
     args = parser.parse_args()
+    if args.chart_only:
+        chart(json.loads(Path(args.out).read_text()), Path(args.out).with_suffix(".png"))
+        return
     if args.lerobot_worker:
         print(json.dumps(lerobot_rows(args.rounds, args.chunk)))
         return
 
-    from _common import figure, machine, write_json
+    from _common import machine, write_json
 
     payload: dict[str, Any] = {"command": "python benchmarks/bench_vla_eval.py " + " ".join(
         a if not a.startswith("/") else "<checkout>" for a in sys.argv[1:]), "machine": machine(),
@@ -192,14 +215,7 @@ def main() -> None:
             per50 = row.get("seconds per 50 episodes")
             print(f"{loop:<52} {label:<34} {row['seconds per episode']:>10.2f} {row['speed-up']:>8.2f}x "
                   f"{'' if per50 is None else f'{per50:>9.0f}'} {row['same results']}")
-    with figure(out.with_suffix(".png"), "A LIBERO evaluation episode, stock and on fastenv (libero_spatial, 256 px)") as ax:
-        labels, values = [], []
-        for data in payload["loops"].values():
-            for label, row in data["rows"].items():
-                labels.append(label)
-                values.append(row["seconds per episode"])
-        ax.barh(labels[::-1], values[::-1])
-        ax.set_xlabel("seconds per episode (median of rounds)")
+    chart(payload, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
 

@@ -21,7 +21,7 @@ and init-state schedule running as LeRobot wrote them, over a simulator that was
   (``fastenv.conformance.lerobot``).
 
 Tested with LeRobot 0.6.1 (Python >= 3.12; ``lerobot-eval`` with its async envs: fastenv's env in
-LeRobot's worker processes) and 0.4.4 (its ``SyncVectorEnv`` only).
+LeRobot's worker processes). 0.4.4 (its ``SyncVectorEnv`` only, no skip) keeps its path.
 
 Switch with one import, ``from fastenv.integrations.lerobot import make_env`` in place of
 ``lerobot.envs.factory``'s, or run ``lerobot-eval`` through fastenv:
