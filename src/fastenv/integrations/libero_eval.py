@@ -122,11 +122,15 @@ def patch(source: str, script: str) -> str:
 
 def use_fastenv_env() -> None:
     """LIBERO's ``OffScreenRenderEnv`` is fastenv's for every script imported from now on."""
-    from libero.libero import envs
+    import importlib
 
-    from fastenv.integrations import libero_eval  # this module by its name, also when run as __main__
+    from fastenv.backends.libero.task import _libero, package
 
-    envs.OffScreenRenderEnv = libero_eval.OffScreenRenderEnv
+    _libero()  # LIBERO imported as fastenv imports it (its OpenGL platform chosen first)
+    name = package()
+    # this module by its name, also when run as __main__
+    canonical = importlib.import_module("fastenv.integrations.libero_eval")
+    importlib.import_module(f"{name}.{name}.envs").OffScreenRenderEnv = canonical.OffScreenRenderEnv
 
 
 def main(argv: Sequence[str] | None = None) -> None:
