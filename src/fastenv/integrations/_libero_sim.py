@@ -64,7 +64,6 @@ class Simulator:
         self._from_global = False
         self.generation = 0
         self.observe_next = True  # whether the next step's images may be read (False: blank ones)
-        self.renders_skipped = 0  # steps made with blank images
         self.camera_renders = 0  # camera images rendered for observations
         self.keys = tuple(adapter.keys)
         self.image_keys = frozenset(k for k in self.keys if adapter._image_kind(k) is not None)
@@ -140,8 +139,6 @@ class Simulator:
             raise ValueError("executing action in terminated episode")  # robosuite's own check and words
         reward, success, _, _ = self._adapter.substep(action)
         self.generation += 1
-        if not self.observe_next:
-            self.renders_skipped += 1
         return Observation(self, self.observe_next), reward, success, {}  # LIBERO: done is success; robosuite's info is empty
 
     def close(self) -> None:

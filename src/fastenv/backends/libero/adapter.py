@@ -319,6 +319,7 @@ class LiberoAdapter:
             raw.modify_observable(name, "enabled", on)
             raw.modify_observable(name, "active", on and (name in keys or (m in state_modalities and initial[name][1])))
         self._enabled = [o for name, o in raw._observables.items() if name in enabled]
+        self._observe_plans: dict[tuple[str, ...], Any] = {}  # observe(keys)'s, for these observables
         try:
             self._clock = SampleClock(self._enabled)
         except IrregularSampling:
@@ -541,17 +542,9 @@ class LiberoAdapter:
         raw = self._raw
         point = self._point
         if keys is not None:
-            names = set(keys)
-            unknown = sorted(names - set(self.keys))
-            if unknown:
-                raise ValueError(f"observe(keys=...) takes this env's keys {list(self.keys)}; got {unknown}")
-            direct = {key for key in names if key in self._modality}
-            grouped = {m for key in names - direct for m in [key[: -len("-state")]]}  # a modality's concatenation
-            members = {name for name, m in self._modality.items() if m in grouped and raw._observables[name].is_active()}
+            direct, grouped, part, renders = self._observe_plan(tuple(keys))
             if point is not None and point.pending:
-                needed = closure(direct | members, self._deps)
-                part = [o for o in self._enabled if o.name in needed]
-                if any(self._modality[o.name] == "image" for o in part):
+                if renders:
                     _make_gl_current(raw)
                 with point.at():
                     sample_observables(raw, part)
@@ -561,6 +554,26 @@ class LiberoAdapter:
             _make_gl_current(raw)
             self._sample_at_point(point)
         return self._observation(raw._get_observations())
+
+    def _observe_plan(self, keys: tuple[str, ...]) -> tuple[set[str], set[str], list[Any], bool]:
+        """For ``observe(keys)``: the observables named, the modalities concatenated, the enabled
+        observables to sample (with what their sensors read), whether a camera renders. Made once
+        per key set and the observables enabled (``_enable_only`` forgets them)."""
+        plans = self._observe_plans
+        plan = plans.get(keys)
+        if plan is None:
+            names = set(keys)
+            unknown = sorted(names - set(self.keys))
+            if unknown:
+                raise ValueError(f"observe(keys=...) takes this env's keys {list(self.keys)}; got {unknown}")
+            raw = self._raw
+            direct = {key for key in names if key in self._modality}
+            grouped = {key[: -len("-state")] for key in names - direct}  # a modality's concatenation
+            members = {name for name, m in self._modality.items() if m in grouped and raw._observables[name].is_active()}
+            needed = closure(direct | members, self._deps)
+            part = [o for o in self._enabled if o.name in needed]
+            plan = plans[keys] = (direct, grouped, part, any(self._modality[o.name] == "image" for o in part))
+        return plan
 
     def _sample_at_point(self, point: SamplePoint) -> None:
         """Compute the sample a sub-step recorded, as the stock step computed it there."""
