@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 import re
 import shutil
 import statistics
@@ -28,23 +26,10 @@ def median_ms(fn: Callable[[], Any], repeats: int) -> float:
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on: the CPU, and the kernel set numpy's BLAS runs there."""
-    out: dict[str, Any] = {
-        "cpu_count": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "mujoco_gl": os.environ.get("MUJOCO_GL"),
-    }
-    try:
-        from threadpoolctl import threadpool_info
+    # imported here: a benchmark's --before child imports this module beside an earlier fastenv
+    from fastenv.machine import measured_on
 
-        blas = [i for i in threadpool_info() if i.get("user_api") == "blas" and "numpy" in i.get("filepath", "")]
-        if blas:
-            out["numpy_blas"] = {"vendor": blas[0].get("internal_api"), "version": blas[0].get("version"),
-                                 "core_type": blas[0].get("architecture"), "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")}
-    except ImportError:
-        pass
-    return out
+    return measured_on()
 
 
 def no_paths(line: str) -> str:

@@ -40,7 +40,7 @@ IMAGE_KEY, STATE_KEY = "agentview_image", "robot0_proprio-state"
 
 
 def task_fns(tasks: int, chunk: int, camera_size: int, episode_steps: int, hard_reset: bool, seed: int = 0) -> list[Any]:
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     rng = np.random.default_rng(seed)
     lengths = rng.integers(episode_steps // 2, 3 * episode_steps // 2 + 1, tasks)

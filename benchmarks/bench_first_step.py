@@ -38,6 +38,7 @@ t0 = time.perf_counter()
 import numpy as np
 import gymnasium as gym
 import fastenv  # noqa: F401
+from fastenv.core.fast_paths import FastPath
 num_envs, steps, chunk = int(sys.argv[1]), int(sys.argv[2]), 8
 kwargs = dict(suite="libero_goal", task_id=3, chunk=chunk, camera_size=64)
 env = gym.make("fastenv/Libero-v0", **kwargs) if num_envs == 1 else gym.make_vec("fastenv/Libero-v0", num_envs=num_envs, **kwargs)
@@ -50,7 +51,7 @@ for action in actions:
     env.step(action)
     times.append(time.perf_counter() - start)
     if num_envs == 1:
-        compiled.append(env.unwrapped.adapter.fast_paths()["compiled control loop"])
+        compiled.append(env.unwrapped.adapter.fast_paths()[FastPath.COMPILED_CONTROL_LOOP])
 env.close()
 print(json.dumps({"build_s": built - t0, "first_step_s": times[0], "steps_s": sum(times), "compiled": compiled}))
 """
@@ -59,10 +60,11 @@ STOCK_TIMED = """
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
-from fastenv.backends.libero import LiberoTask, _libero
+from fastenv.backends.libero import LiberoTask
+from fastenv.backends.libero.task import import_libero
 steps, chunk = int(sys.argv[2]), 8
 task = LiberoTask.load("libero_goal", 3)
-env = _libero().OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=64, camera_widths=64)
+env = import_libero().OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=64, camera_widths=64)
 env.reset()
 built = time.perf_counter()
 actions = np.random.default_rng(0).uniform(-1, 1, (steps * chunk, 7))
@@ -77,9 +79,10 @@ print(json.dumps({"build_s": built - t0, "first_step_s": times[0], "steps_s": su
 
 STOCK = """
 import numpy as np
-from fastenv.backends.libero import LiberoTask, _libero
+from fastenv.backends.libero import LiberoTask
+from fastenv.backends.libero.task import import_libero
 task = LiberoTask.load("libero_goal", 3)
-env = _libero().OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=32, camera_widths=32)
+env = import_libero().OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=32, camera_widths=32)
 env.reset()
 env.step(np.zeros(7))
 env.close()

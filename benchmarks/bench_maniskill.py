@@ -219,7 +219,7 @@ def bench_resets(args: argparse.Namespace, rng: np.random.Generator) -> list[dic
 
 def bench_single(args: argparse.Namespace, rng: np.random.Generator) -> list[dict[str, Any]]:
     """One env: stock against fastenv's chunks."""
-    from fastenv.backends.maniskill import make_cpu_env
+    from fastenv.envs.maniskill import make_cpu_env
 
     print("== one env ==", flush=True)
     singles: dict[str, tuple[gym.Env, int | None]] = {}

@@ -41,9 +41,12 @@ def child(config: str, counts: list[int], suite: str, task_id: int, size: int) -
     """In a fresh process: build envs of ``config`` one at a time; RSS after each count in ``counts``."""
     import numpy as np
 
-    from fastenv.backends.libero import LiberoTask, _libero, _make_gl_current, make_env
+    from fastenv.backends.libero import LiberoTask
+    from fastenv.backends.libero.adapter import make_gl_current
+    from fastenv.backends.libero.task import import_libero
+    from fastenv.envs.libero import make_env
 
-    lib = _libero()
+    lib = import_libero()
     task = LiberoTask.load(suite, task_id)
     envs: list[Any] = []
     out = {"baseline": rss(), "rss": {}}
@@ -56,7 +59,7 @@ def child(config: str, counts: list[int], suite: str, task_id: int, size: int) -
                 env = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=size, camera_widths=size)
             else:
                 env = lib.ControlEnv(bddl_file_name=task.bddl_file, has_renderer=False, has_offscreen_renderer=False, use_camera_obs=False)
-            _make_gl_current(env.env)
+            make_gl_current(env.env)
             env.reset()
             env.set_init_state(task.init_states[0])
             for _ in range(5):

@@ -38,9 +38,12 @@ def child(config: str, resets: int, steps: int, every: int, suite: str, task_id:
     """In a fresh process: ``resets`` episodes of ``steps`` random actions; RSS every ``every`` resets."""
     import numpy as np
 
-    from fastenv.backends.libero import LiberoTask, _libero, _make_gl_current, make_env
+    from fastenv.backends.libero import LiberoTask
+    from fastenv.backends.libero.adapter import make_gl_current
+    from fastenv.backends.libero.task import import_libero
+    from fastenv.envs.libero import make_env
 
-    _libero()
+    import_libero()
     task = LiberoTask.load(suite, task_id)
     n_init = len(task.init_states)
     rng = np.random.default_rng(0)
@@ -50,9 +53,9 @@ def child(config: str, resets: int, steps: int, every: int, suite: str, task_id:
         env = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=size, camera_widths=size)
 
         def episode(i: int, actions: Any) -> None:
-            _make_gl_current(env.env)
+            make_gl_current(env.env)
             env.reset()
-            _make_gl_current(env.env)
+            make_gl_current(env.env)
             env.set_init_state(task.init_states[i % n_init])
             for action in actions:
                 env.step(action)

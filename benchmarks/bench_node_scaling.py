@@ -76,7 +76,7 @@ class GpuSampler:
 
 
 def libero_env(suite: str, task_id: int, chunk: int, camera_size: int) -> Any:
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     return make_env(suite, task_id, chunk=chunk, camera_size=camera_size)
 

@@ -26,7 +26,7 @@ def cartpole() -> gym.Env:
 
 
 def libero(chunk: int, camera_size: int) -> gym.Env:
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     return make_env("libero_10", 0, chunk=chunk, camera_size=camera_size)
 

@@ -36,9 +36,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="results/bench_single_env.json")
     args = parser.parse_args(argv)
 
-    from fastenv.backends.libero import LiberoTask, _libero, make_env
+    from fastenv.backends.libero import LiberoTask
+    from fastenv.backends.libero.task import import_libero
+    from fastenv.envs.libero import make_env
 
-    _libero()
+    import_libero()
     from libero.libero.envs import OffScreenRenderEnv
 
     task = LiberoTask.load(args.suite, args.task_id)
@@ -52,10 +54,10 @@ def main(argv: list[str] | None = None) -> dict:
     rng = np.random.default_rng(0)
     actions = rng.uniform(-1, 1, (args.steps, 7)).astype(np.float32)
 
-    from fastenv.backends.libero import _make_gl_current
+    from fastenv.backends.libero.adapter import make_gl_current
 
     def reset_all():
-        _make_gl_current(stock.env)  # robosuite renders into (and frees from) the current GL context
+        make_gl_current(stock.env)  # robosuite renders into (and frees from) the current GL context
         stock.reset()
         stock.set_init_state(task.init_states[0])
         for env in configs.values():
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         env = configs[name]
         start = time.perf_counter()
         if env is None:
-            _make_gl_current(stock.env)
+            make_gl_current(stock.env)
             for a in actions:
                 stock.step(a)
         elif name == "slim":
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def time_resets() -> dict[str, float]:
         out = {}
-        _make_gl_current(stock.env)
+        make_gl_current(stock.env)
         t0 = time.perf_counter()
         for i in range(args.resets):
             stock.reset()
@@ -231,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict:
     path = write_json(args.out, payload)
     print(f"wrote {path}")
     hard.close()
-    _make_gl_current(stock.env)
+    make_gl_current(stock.env)
     stock.close()
     for env in configs.values():
         if env is not None:

@@ -61,8 +61,8 @@ def measure(suite: str, task_id: int, rounds: int, steps: int, seed: int, only: 
     quiet_robosuite_import()
     from robosuite.utils.control_utils import opspace_matrices
 
-    from fastenv.backends.libero import make_env
     from fastenv.backends.libero.compiled import kernel as compiled_kernel
+    from fastenv.envs.libero import make_env
 
     env = make_env(suite, task_id, chunk=8, camera_size=64)
     adapter = env.unwrapped.adapter

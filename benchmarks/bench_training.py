@@ -100,9 +100,9 @@ def libero_stacks(args: argparse.Namespace, policy_cost: float) -> tuple[Any, An
     import functools
 
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
-
-    from fastenv.backends.libero import make_vec
     from same_run import Stack
+
+    from fastenv.envs.libero import make_vec
 
     fn = functools.partial(stock_libero_env, args.suite, args.task_id, args.camera_size, args.chunk, args.max_episode_steps)
     stock_envs = AsyncVectorEnv([fn] * args.num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
@@ -131,9 +131,8 @@ def libero_stacks(args: argparse.Namespace, policy_cost: float) -> tuple[Any, An
 
 
 def run_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-
     import same_run
+    import torch
 
     if setting == "libero":
         from fastenv.policy import ChunkPolicy
@@ -161,7 +160,7 @@ def run_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
             "task": f"LIBERO {args.suite} task {args.task_id}", "chunk": args.chunk, "camera_size": args.camera_size,
             "max_episode_steps": args.max_episode_steps,
             "stock": "AsyncVectorEnv(SAME_STEP, spawn) over ActionChunk(TimeLimit(LIBERO OffScreenRenderEnv, stock observation set))",
-            "fastenv": f"fastenv.backends.libero.make_vec defaults, layout {layout}",
+            "fastenv": f"fastenv.envs.libero.make_vec defaults, layout {layout}",
         }
     else:
         cfg = same_run.PPOConfig(num_envs=args.maniskill_envs, seed=args.seed)
@@ -175,7 +174,7 @@ def run_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
         what = {
             "task": f"ManiSkill {same_run.ENV_ID}", "chunk": 1, "maniskill_kwargs": same_run.MANISKILL_KWARGS,
             "stock": "AsyncVectorEnv(SAME_STEP, spawn) over mani_skill CPUGymWrapper(gym.make(..., sim_backend='physx_cpu'))",
-            "fastenv": f"fastenv.backends.maniskill.make_vec(chunk=None, num_workers={args.workers})",
+            "fastenv": f"fastenv.envs.maniskill.make_vec(chunk=None, num_workers={args.workers})",
         }
     torch.set_num_threads(1)
     runners = []

@@ -31,12 +31,13 @@ import numpy as np
 from _common import machine, print_table, write_json
 
 from fastenv import tuning
+from fastenv.machine import available_cpus
 
 IMAGE_KEY, STATE_KEY = "agentview_image", "robot0_proprio-state"
 
 
 def libero_fns(num_envs: int, chunk: int, camera_size: int, episode_steps: int, seed: int = 0) -> list[Any]:
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     rng = np.random.default_rng(seed)  # random episode ends: the long tail of real rollouts
     lengths = rng.integers(episode_steps // 2, 3 * episode_steps // 2 + 1, num_envs)
@@ -88,7 +89,7 @@ def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def run_setting(setting: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     n = len(setting["env_fns"])
-    cpus = tuning.machine.available_cpus()
+    cpus = available_cpus()
     space = setting.get("space") or tuning.search_space(n, cpus)
     if args.quick and not setting.get("space"):
         space = space[:: max(1, len(space) // 8)]

@@ -45,7 +45,7 @@ class RandomEpisodeEnd(gym.Wrapper):
 
 
 def libero_env(chunk: int, camera_size: int, end_probability: float = 0.0) -> gym.Env:
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=chunk, camera_size=camera_size)
     return RandomEpisodeEnd(env, end_probability) if end_probability > 0 else env

@@ -24,6 +24,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, no_paths, print_docs_table, write_json  # noqa: E402
 
+from fastenv.core.fast_paths import FastPath  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -75,8 +77,9 @@ def one_stack(name: str, venv: Path, args: argparse.Namespace) -> dict:
     return row
 
 
-PATHS = {"compiled control loop": "compiled loop", "fast control loop": "fast loop", "observation at a chunk's end": "obs at chunk end", "in-place reset": "in-place reset",
-         "shared render context": "shared render", "contact check by geom id": "contacts by id"}
+PATHS = {FastPath.COMPILED_CONTROL_LOOP: "compiled loop", FastPath.FAST_CONTROL_LOOP: "fast loop",
+         FastPath.OBSERVATION_AT_CHUNK_END: "obs at chunk end", FastPath.IN_PLACE_RESET: "in-place reset",
+         FastPath.SHARED_RENDER_CONTEXT: "shared render", FastPath.CONTACT_CHECK_BY_GEOM_ID: "contacts by id"}
 
 
 def table(payload: dict) -> str:
@@ -88,7 +91,7 @@ def table(payload: dict) -> str:
         served = r.get("fast_paths_served") or {}
         cases = c.get("cases", 0)
         paths = ", ".join(short for name, short in PATHS.items() if served.get(name)) or "none"
-        aside = [name for name, short in PATHS.items() if not served.get(name) and name != "in-place reset"]
+        aside = [name for name, short in PATHS.items() if not served.get(name) and name != FastPath.IN_PLACE_RESET]
         if aside:
             paths += " (aside: " + ", ".join(PATHS[a] for a in aside) + ")"
         step = speed.get("x_stock_per_env_step", {}).get("skip-obs chunk 8")

@@ -26,6 +26,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, no_paths, print_docs_table, write_json  # noqa: E402
 
+from fastenv.core.fast_paths import FastPath  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,8 +47,9 @@ def _install(python: Path, version: str) -> None:
                    check=True, capture_output=True, text=True)
 
 
-SHORT = {"compiled control loop": "compiled loop", "fast control loop": "fast loop", "observation at a chunk's end": "obs at chunk end",
-         "in-place reset": "in-place reset", "shared render context": "shared render", "contact check by geom id": "contacts by id"}
+SHORT = {FastPath.COMPILED_CONTROL_LOOP: "compiled loop", FastPath.FAST_CONTROL_LOOP: "fast loop",
+         FastPath.OBSERVATION_AT_CHUNK_END: "obs at chunk end", FastPath.IN_PLACE_RESET: "in-place reset",
+         FastPath.SHARED_RENDER_CONTEXT: "shared render", FastPath.CONTACT_CHECK_BY_GEOM_ID: "contacts by id"}
 
 
 def table(payload: dict) -> str:

@@ -401,7 +401,7 @@ def pushcube_stacks(num_envs: int, num_workers: int = 2) -> tuple[Stack, Stack]:
     """(ManiSkill's CPU vector path, fastenv's vector env) over PushCube-v1, state, chunk 1."""
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
-    from fastenv.backends.maniskill import make_vec
+    from fastenv.envs.maniskill import make_vec
 
     stock_envs = AsyncVectorEnv([stock_pushcube_env] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
     fast_envs = make_vec(num_envs, env_id=ENV_ID, modalities=("state",), chunk=None, num_workers=num_workers, **MANISKILL_KWARGS)
@@ -489,7 +489,7 @@ def main() -> None:
         "args": vars(args),
         "stacks": {
             "stock": "gymnasium AsyncVectorEnv(SAME_STEP) over mani_skill CPUGymWrapper(gym.make(..., sim_backend='physx_cpu'))",
-            "fastenv": f"fastenv.backends.maniskill.make_vec(chunk=None, num_workers={args.num_workers})",
+            "fastenv": f"fastenv.envs.maniskill.make_vec(chunk=None, num_workers={args.num_workers})",
         },
         "identical_every_update": all(r["identical"] for r in rows),
         "learned": learned or None,

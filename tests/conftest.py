@@ -160,7 +160,19 @@ def _one_big_memory_test_at_a_time(request):
         os.close(fd)
 
 
+# The peers' own vector-env tests (tests/peer): every contract runs per commit, each parametrized one
+# on PEER_SAMPLE of its cases; outside CI, or with FASTENV_CI_FULL=1, every case runs.
+PEER_SAMPLE = 2
+
+
+def mark_peer_samples(items: list) -> None:
+    for item in items:
+        if "/peer/" in item.nodeid.replace("\\", "/") and hasattr(item, "callspec") and item.get_closest_marker("ci_sample") is None:
+            item.add_marker(pytest.mark.ci_sample(f"peer:{item.module.__name__}:{item.originalname}", keep=PEER_SAMPLE))
+
+
 def pytest_collection_modifyitems(config, items):
+    mark_peer_samples(items)
     sampled_out = ci_sampled_out(items)
     if sampled_out:
         items[:] = [item for item in items if item not in sampled_out]
@@ -189,9 +201,9 @@ def libero_task():
 @pytest.fixture(scope="session")
 def stock_env(libero_task):
     """LIBERO's own OffScreenRenderEnv (two cameras, observation every step), the reference."""
-    from fastenv.backends.libero import _libero
+    from fastenv.backends.libero.task import import_libero
 
-    _libero()
+    import_libero()
     from libero.libero.envs import OffScreenRenderEnv
 
     env = StockLibero(OffScreenRenderEnv(bddl_file_name=libero_task.bddl_file, camera_heights=SMALL, camera_widths=SMALL))
@@ -213,9 +225,9 @@ class StockLibero:
         return getattr(self._env, name)
 
     def _current(self):
-        from fastenv.backends.libero import _make_gl_current
+        from fastenv.backends.libero.adapter import make_gl_current
 
-        _make_gl_current(self._env.env)
+        make_gl_current(self._env.env)
 
     def reset(self):
         self._current()
@@ -242,7 +254,7 @@ def stock_reset(stock_env, libero_task, init_state_id: int):
 @pytest.fixture(scope="session")
 def libero_stock_keys_env():
     """fastenv LIBERO env with the stock observation set and chunk=1."""
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=1, modalities=None, camera_size=SMALL)
     yield env
@@ -252,7 +264,7 @@ def libero_stock_keys_env():
 @pytest.fixture(scope="session")
 def libero_slim_env():
     """fastenv LIBERO env in its fast configuration (one camera + proprio), chunk 8."""
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=8, camera_size=SMALL)
     yield env

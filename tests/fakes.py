@@ -92,7 +92,7 @@ class FakeAdapter:
         return ("state", "rgb")
 
     def select_keys(self, keys):
-        from fastenv.backends.base import check_known_keys
+        from fastenv.core.protocol import check_known_keys
 
         self.keys = tuple(check_known_keys(keys, self.available_keys())) if keys else ("state", "rgb")
         self.observation_space = spaces.Dict({k: self._full[k] for k in self.keys})

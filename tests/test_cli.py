@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fastenv.cli import main
+from fastenv.core.fast_paths import FastPath
 
 
 def test_impossible_layout_is_refused_before_building_anything(capsys):
@@ -68,7 +69,7 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
         assert served["envs"] == payload["config"]["num_envs"] * payload["config"]["rounds"]
         assert row["own_fast_paths_not_served"] == [], (row["config"], served)
         assert all(served[path] == served["envs"] for path in row["own_fast_paths"])
-    assert "compiled policy step" in rows[-1]["own_fast_paths"]
+    assert FastPath.COMPILED_POLICY_STEP in rows[-1]["own_fast_paths"]
     assert "[NOT SERVED" not in out.stdout and "steps aside" not in out.stderr and "differs from robosuite" not in out.stderr
 
 
@@ -124,10 +125,10 @@ def test_a_row_whose_own_fast_path_did_not_serve_is_marked_so():
         return {"env_steps": 64, "seconds": 1.0, "breakdown_s": {"policy": 0.1}, "env_cpu_s": None, "trajectories": Trajectories(2),
                 "fast_paths": paths}
 
-    base, fast = Variant("Default", "stock"), Variant("+FastSubstep", "chunked", paths=("compiled policy step",))
-    one_aside = [{"compiled policy step": True}, {"compiled policy step": False}]
+    base, fast = Variant("Default", "stock"), Variant("+FastSubstep", "chunked", paths=(FastPath.COMPILED_POLICY_STEP,))
+    one_aside = [{FastPath.COMPILED_POLICY_STEP: True}, {FastPath.COMPILED_POLICY_STEP: False}]
     rows = summarize([base, fast], {"Default": [run([{}, {}])], "+FastSubstep": [run(one_aside)]}, env_cores=1)
-    assert rows[1]["own_fast_paths_not_served"] == ["compiled policy step"]
-    assert rows[1]["fast_paths_served"] == {"envs": 2, "compiled policy step": 1}
+    assert rows[1]["own_fast_paths_not_served"] == [FastPath.COMPILED_POLICY_STEP]
+    assert rows[1]["fast_paths_served"] == {"envs": 2, FastPath.COMPILED_POLICY_STEP: 1}
     table = format_table(rows)
     assert "+FastSubstep [NOT SERVED: compiled policy step]" in table and "Default [NOT" not in table

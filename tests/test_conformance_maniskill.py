@@ -59,11 +59,11 @@ def test_a_multi_robot_task_steps_its_dict_actions_as_stock_does():
 
 
 def test_cases_cover_the_registry_and_refuse_unknown_tasks():
-    from fastenv.backends.maniskill import _maniskill
+    from fastenv.backends.maniskill import maniskill_registry
 
     every = conform.cases()
     tasks = {c.task for c in every}
-    assert tasks == set(_maniskill())
+    assert tasks == set(maniskill_registry())
     assert {c.keys for c in every} == {"state", "rgb"}
     assert {c.option("chunk") for c in every} == {1, conform.CHUNK}
     assert [c for c in every if c.option("envs")]  # a few vector-env cases

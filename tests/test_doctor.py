@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from fastenv.core.fast_paths import FastPath
 from fastenv.doctor import advice
 
 
@@ -24,10 +25,11 @@ def test_doctor_builds_an_env_and_says_which_fast_paths_serve_and_why_one_does_n
     run = doctor("--json", str(out), FASTENV_SHARE_RENDER="0")
     report = json.loads(out.read_text())
     paths = report["libero env"]["fast_paths"]
-    assert set(paths) >= {"compiled control loop", "compiled policy step", "fast control loop", "observation at a chunk's end",
-                          "in-place reset", "shared render context", "contact check by geom id"}
-    assert [p for p, on in paths.items() if not on] == ["shared render context"]
-    assert report["libero env"]["aside"]["shared render context"]["do"].startswith("FASTENV_SHARE_RENDER=0 is set")
+    assert set(paths) >= {FastPath.COMPILED_CONTROL_LOOP, FastPath.COMPILED_POLICY_STEP, FastPath.FAST_CONTROL_LOOP,
+                          FastPath.OBSERVATION_AT_CHUNK_END, FastPath.IN_PLACE_RESET, FastPath.SHARED_RENDER_CONTEXT,
+                          FastPath.CONTACT_CHECK_BY_GEOM_ID}
+    assert [p for p, on in paths.items() if not on] == [FastPath.SHARED_RENDER_CONTEXT]
+    assert report["libero env"]["aside"][FastPath.SHARED_RENDER_CONTEXT]["do"].startswith("FASTENV_SHARE_RENDER=0 is set")
     assert "ASIDE   shared render context" in run.stdout and "do:  FASTENV_SHARE_RENDER=0 is set: unset it" in run.stdout
     assert "serves  compiled policy step" in run.stdout
     # the machine's facts: numpy's BLAS and the kernel set it runs, numba's target, its cache for this CPU
@@ -50,8 +52,8 @@ def test_doctor_without_an_env_names_a_forced_blas_kernel_set():
 def test_advice_names_what_to_change_from_the_line_a_path_said():
     line = ("fastenv: the compiled control loop steps aside for robosuite's own code: np.dot differs from scipy_cblas_dgemv64_ of "
             "libopenblas.so (a 6x6 C-ordered matrix)")
-    said = advice("compiled control loop", [line, "fastenv: the contact check by geom id steps aside for robosuite's own code: ..."])
+    said = advice(FastPath.COMPILED_CONTROL_LOOP, [line, "fastenv: the contact check by geom id steps aside for robosuite's own code: ..."])
     assert said["why"] == line and "numpy's own wheel" in said["do"]
-    numba = advice("compiled control loop", ["fastenv: the compiled control loop steps aside for robosuite's own code: numba is not installed; ..."])
+    numba = advice(FastPath.COMPILED_CONTROL_LOOP, ["fastenv: the compiled control loop steps aside for robosuite's own code: numba is not installed; ..."])
     assert numba["do"].startswith("install numba: ") and "[numba]" in numba["do"]
-    assert advice("in-place reset", [])["do"].startswith("hard_reset=True was asked for")  # a switch, not a step-aside
+    assert advice(FastPath.IN_PLACE_RESET, [])["do"].startswith("hard_reset=True was asked for")  # a switch, not a step-aside

@@ -14,6 +14,8 @@ import time
 import pytest
 
 from fastenv.backends.libero import compiled
+from fastenv.core.fast_paths import FastPath
+
 
 def test_a_slow_first_call_prints_one_line_and_a_fast_one_prints_nothing(monkeypatch, capsys):
     monkeypatch.setattr(compiled, "NOTICE_AFTER_S", 0.05)
@@ -34,6 +36,7 @@ import numpy as np
 import gymnasium as gym
 import fastenv  # noqa: F401
 from fastenv.backends.libero import _kernels, compiled
+from fastenv.core.fast_paths import FastPath
 
 env = gym.make("fastenv/Libero-v0", suite="libero_goal", task_id=3, chunk=4, camera_size=32)
 env.reset(seed=0)
@@ -42,7 +45,7 @@ served, digest = [], hashlib.sha256()
 
 def step(action):
     obs, reward, terminated, truncated, info = env.step(action)
-    served.append(env.unwrapped.adapter.fast_paths()["compiled control loop"])
+    served.append(env.unwrapped.adapter.fast_paths()[FastPath.COMPILED_CONTROL_LOOP])
     for key in sorted(obs):
         digest.update(np.ascontiguousarray(obs[key]).tobytes())
     digest.update(np.float64(reward).tobytes())
@@ -109,7 +112,7 @@ def test_fastenv_compile_says_what_serves_here():
     run = subprocess.run([sys.executable, "-m", "fastenv.cli", "compile"], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     serving = run.stdout.split("serving here: ", 1)[1].split(";")[0].strip().split(", ")
-    assert {"compiled control loop", "compiled policy step", "fast control loop"} <= set(serving)
+    assert {FastPath.COMPILED_CONTROL_LOOP, FastPath.COMPILED_POLICY_STEP, FastPath.FAST_CONTROL_LOOP} <= set(serving)
     assert "stepping aside" not in run.stdout and "steps aside" not in run.stderr and "did not run" not in run.stderr
 
 

@@ -57,12 +57,12 @@ def test_init_params_beyond_what_the_drop_in_reproduces_are_refused_naming_them(
 
 
 def test_the_leaves_compared_cover_nested_values_and_the_comparison_sees_dtype_and_bits():
-    leaves = dict(rlinf_conformance._leaves({"a": [np.zeros(2)], "b": {"c": 1}}, "x"))
+    leaves = dict(rlinf_conformance.leaves({"a": [np.zeros(2)], "b": {"c": 1}}, "x"))
     assert set(leaves) == {"x.a#len", "x.a[0]", "x.b.c"}
-    assert rlinf_conformance._same(np.zeros(2), np.zeros(2))
-    assert not rlinf_conformance._same(np.zeros(2), np.zeros(2, np.float32))
-    assert not rlinf_conformance._same(np.array([0.0]), np.array([-0.0]))  # bits, not values
-    assert not rlinf_conformance._same(1, 1.0)
+    assert rlinf_conformance.same(np.zeros(2), np.zeros(2))
+    assert not rlinf_conformance.same(np.zeros(2), np.zeros(2, np.float32))
+    assert not rlinf_conformance.same(np.array([0.0]), np.array([-0.0]))  # bits, not values
+    assert not rlinf_conformance.same(1, 1.0)
 
 
 def test_the_config_keys_of_fastenv_are_checked_naming_what_is_wrong():

@@ -57,7 +57,7 @@ def test_libero_is_headless_by_default(libero_slim_env):
 
 @pytest.mark.libero
 def test_libero_rgb_array_render():
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=None, modalities=["robot0_proprio-state"], camera_size=32, render_mode="rgb_array")
     try:

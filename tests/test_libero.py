@@ -5,9 +5,9 @@ import gc
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import SMALL, StockLibero, stock_reset
 
 import fastenv
-from conftest import SMALL, StockLibero, stock_reset
 
 pytestmark = pytest.mark.libero
 
@@ -374,7 +374,7 @@ def test_chunk_observation_equals_stock_after_the_same_steps(stock_env, libero_t
 
 
 def test_max_episode_steps_truncates_inside_a_chunk_with_the_stock_final_observation(stock_env, libero_task, actions):
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=8, camera_size=SMALL, max_episode_steps=5, init_state_id=4)
     try:
@@ -484,7 +484,7 @@ def test_the_default_reset_is_in_place_and_bit_for_bit_a_fresh_stock_reset(stock
 def test_closing_one_env_leaves_the_others_images_intact(libero_slim_env):
     # robosuite frees a render context in whichever GL context is current; several envs share a
     # worker process, and a closed (or rebuilt) neighbour must not blank the others' cameras.
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     ref, _ = libero_slim_env.reset(options={"init_state_id": 6})
     other = make_env("libero_10", 1, chunk=None, camera_size=SMALL)
@@ -497,10 +497,12 @@ def test_closing_one_env_leaves_the_others_images_intact(libero_slim_env):
 
 @pytest.mark.parametrize("suite, task_id", [("libero_10", 0), ("libero_spatial", 3)])
 def test_chunks_after_an_in_place_reset_equal_a_fresh_stock_env(suite, task_id, actions):
-    from fastenv.backends.libero import LiberoTask, _libero, make_env
+    from fastenv.backends.libero import LiberoTask
+    from fastenv.backends.libero.task import import_libero
+    from fastenv.envs.libero import make_env
 
     task = LiberoTask.load(suite, task_id)
-    _libero()
+    import_libero()
     from libero.libero.envs import OffScreenRenderEnv
 
     env = make_env(suite, task_id, chunk=8, camera_size=SMALL, modalities=["agentview_image", "agentview_depth", "robot0_proprio-state"])
@@ -539,7 +541,7 @@ def test_chunks_after_an_in_place_reset_equal_a_fresh_stock_env(suite, task_id, 
     ],
 )
 def test_bad_construction_arguments(kwargs, error, match):
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     with pytest.raises(error, match=match):
         make_env(**kwargs)
@@ -599,9 +601,10 @@ def test_wrap_an_existing_libero_env(stock_env, libero_task, actions):
 def test_a_wrapped_envs_seeded_reset_is_a_fresh_envs_first_and_init_states_make_the_users_agree():
     # What docs/backends/libero.md says of a wrapped env's seeded reset, on a task whose scene
     # appends object-property samplers at every model load (libero_spatial 4).
-    from fastenv.backends.libero import LiberoTask, _libero
+    from fastenv.backends.libero import LiberoTask
+    from fastenv.backends.libero.task import import_libero
 
-    _libero()
+    import_libero()
     from libero.libero.envs import OffScreenRenderEnv
 
     task = LiberoTask.load("libero_spatial", 4)
@@ -640,8 +643,8 @@ def test_envs_of_the_same_task_render_through_one_context_with_the_stock_pixels(
     # init states, each one's images are the stock env's (its own render context) after the same
     # steps; a third task's env has its own context; dropping a stock env or closing the first
     # leaves the second's intact.
-    from fastenv.backends.libero import make_env
     from fastenv.backends.libero.render_sharing import shared_context_type
+    from fastenv.envs.libero import make_env
 
     SharedRenderContext = shared_context_type()
     first = make_env("libero_10", 0, chunk=None, camera_size=SMALL)
@@ -688,8 +691,8 @@ def test_envs_of_the_same_task_render_through_one_context_with_the_stock_pixels(
 
 
 def test_sharing_render_contexts_can_be_turned_off(monkeypatch):
-    from fastenv.backends.libero import make_env
     from fastenv.backends.libero.render_sharing import shared_context_type
+    from fastenv.envs.libero import make_env
 
     SharedRenderContext = shared_context_type()
     monkeypatch.setenv("FASTENV_SHARE_RENDER", "0")

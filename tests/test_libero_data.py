@@ -8,7 +8,6 @@ that ends inside a chunk.
 
 import numpy as np
 import pytest
-
 from conftest import SMALL, StockLibero
 
 pytestmark = pytest.mark.libero
@@ -17,9 +16,9 @@ FIXTURE_TASK = ("libero_90", 35)  # "open the microwave": a fixture placed at ra
 
 
 def fresh_stock(task, **kwargs):
-    from fastenv.backends.libero import _libero
+    from fastenv.backends.libero.task import import_libero
 
-    _libero()
+    import_libero()
     from libero.libero.envs import OffScreenRenderEnv
 
     return StockLibero(OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=SMALL, camera_widths=SMALL, **kwargs))
@@ -72,7 +71,8 @@ def test_the_final_observation_of_an_episode_ended_inside_a_chunk_is_the_stock_s
     # 25 in LIBERO), not at the end: the observation taken where an episode ends inside a chunk
     # must be that one, not the state after the 25th.
     from conftest import stock_reset
-    from fastenv.backends.libero import make_env
+
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=4, modalities=["agentview_image", "robot0_proprio-state"], camera_size=SMALL)
     try:
@@ -132,7 +132,7 @@ def test_stock_hard_resets_are_not_reproducible_for_a_seed_and_fastenvs_are_a_fr
     # LIBERO appends its property samplers at every model load: a stock env's second hard reset
     # with the same seed draws more numbers and moves the fixture. fastenv's seeded resets, in
     # place or hard, after any history, are a freshly built stock env's first reset.
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     seed, state = 7, 3
     stock = fresh_stock(fixture_task)
@@ -164,7 +164,7 @@ def test_stock_hard_resets_are_not_reproducible_for_a_seed_and_fastenvs_are_a_fr
 def test_stepping_draws_nothing_from_numpys_global_generator(fixture_task):
     # Only resets swap in an env's own generator: a step must not draw at all, or envs sharing a
     # process would take each other's numbers.
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     env = make_env(*FIXTURE_TASK, chunk=4, modalities=["agentview_image", "object-state"], camera_size=SMALL)
     try:
@@ -207,7 +207,8 @@ def test_observables_on_other_timers_fall_back_to_robosuites_loop_and_stay_exact
     # A sensor sampled at another rate (here every other step) has no single sampling point per
     # sub-step: the sub-step then updates the observables as robosuite's own loop does.
     from conftest import stock_reset
-    from fastenv.backends.libero import make_env
+
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=4, modalities=["robot0_proprio-state"], camera_size=SMALL)
     raws = (env.unwrapped.adapter._raw, stock_env.env)
@@ -256,7 +257,7 @@ class fail_first_placement:
 def test_a_reset_that_retries_a_failed_placement_draws_as_the_stock_envs(fixture_task):
     # A hard reset's second attempt loads the model again (LIBERO appends its samplers once
     # more); an in-place reset's must draw the same numbers.
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     seed, state = 13, 2
     stock = fresh_stock(fixture_task)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SMALL, StockLibero
 
 pytestmark = pytest.mark.libero
@@ -25,10 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pair(task, **kwargs):
-    from fastenv.backends.libero import _libero
+    from fastenv.backends.libero.task import import_libero
     from fastenv.integrations.libero_eval import OffScreenRenderEnv
 
-    _libero()
+    import_libero()
     from libero.libero import envs
 
     args = {"bddl_file_name": task.bddl_file, "camera_heights": SMALL, "camera_widths": SMALL, **kwargs}

@@ -12,9 +12,10 @@ pytestmark = pytest.mark.libero
 
 def _pair(control_freq=20, obs_rate=None, setting=None):
     """Two LIBERO envs of libero_10 task 0 built as a user builds them, without cameras, set alike."""
-    from fastenv.backends.libero import LiberoTask, _libero
+    from fastenv.backends.libero import LiberoTask
+    from fastenv.backends.libero.task import import_libero
 
-    _libero()
+    import_libero()
     from libero.libero.envs import OffScreenRenderEnv
 
     task = LiberoTask.load("libero_10", 0)
@@ -92,9 +93,10 @@ def test_a_filter_sees_the_samples_the_stock_env_takes_and_no_others():
                 raw.modify_observable(name, "filter", recording)
         return apply
 
-    from fastenv.backends.libero import LiberoTask, _libero
+    from fastenv.backends.libero import LiberoTask
+    from fastenv.backends.libero.task import import_libero
 
-    _libero()
+    import_libero()
     from libero.libero.envs import OffScreenRenderEnv
 
     task = LiberoTask.load("libero_10", 0)

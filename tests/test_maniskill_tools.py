@@ -58,14 +58,14 @@ def test_vulkan_env_prints_nothing_without_a_driver(monkeypatch, capsys):
     assert out.out == "" and "no CPU Vulkan driver in this environment" in out.err
 
 
-def _maniskill():
+def maniskill_registry():
     pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
     pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
 
 
 @pytest.mark.maniskill
 def test_maniskills_replay_tool_reads_fastenvs_trajectory_after_eval_vulkan_env(tmp_path):
-    _maniskill()
+    maniskill_registry()
     import h5py
     import torch
 
@@ -99,7 +99,7 @@ def test_maniskills_render_fallback_message_is_said_at_most_once(tmp_path):
     # ManiSkill's default render_backend asks for CUDA; without it ManiSkill logs the fallback to the
     # CPU device once per env it builds (16 lines in a ppo.py run). Four envs in two workers and one
     # in this process: at most one line, and ManiSkill's other warnings still shown.
-    _maniskill()
+    maniskill_registry()
     script = tmp_path / "build.py"
     script.write_text(textwrap.dedent('''
         from fastenv.backends import maniskill as backend

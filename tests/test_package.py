@@ -21,10 +21,10 @@ def test_import_is_light():
 def test_env_ids_registered():
     assert "fastenv/Libero-v0" in gym.registry
     spec = gym.registry["fastenv/Libero-v0"]
-    assert spec.entry_point == "fastenv.registration:make_libero"
-    assert spec.vector_entry_point == "fastenv.backends.libero:make_vec"
-    assert gym.registry["fastenv/Behavior-v0"].entry_point == "fastenv.registration:make_behavior"
-    assert gym.registry["fastenv/ManiSkill-v0"].vector_entry_point == "fastenv.backends.maniskill:make_vec"
+    assert spec.entry_point == "fastenv.envs:make_libero"
+    assert spec.vector_entry_point == "fastenv.envs.libero:make_vec"
+    assert gym.registry["fastenv/Behavior-v0"].entry_point == "fastenv.envs:make_behavior"
+    assert gym.registry["fastenv/ManiSkill-v0"].vector_entry_point == "fastenv.envs.maniskill:make_vec"
 
 
 def test_missing_simulator_names_the_extra(monkeypatch):

@@ -35,6 +35,7 @@ import fastenv
 from fastenv import GymAdapter, SimEnv
 from fastenv.core.infos import STEP_KEYS, row_info
 from fastenv.vector import PipelineVectorEnv
+from fastenv.vector.pool import EnvStatus
 
 # Examples per property: 60 by default; in CI 30, drawn from a seed that changes with the commit
 # (the sample moves from commit to commit and is reproducible from it).
@@ -169,8 +170,8 @@ def wait_dead(pid: int) -> None:
 def drain(envs: PipelineVectorEnv) -> None:
     """Receive whatever is still in flight, so the next example starts with nothing in flight."""
     for stage in range(envs.pipeline_stages):
-        first = envs._envs[envs.layout.stage_envs(stage)[0]]
-        if first.status and not first.by_ids:
+        first = envs._pool.envs[envs.layout.stage_envs(stage)[0]]
+        if first.status is not EnvStatus.IDLE and not first.by_ids:
             envs.recv(stage=stage)
     while len(envs.in_flight()):
         envs.recv()
@@ -315,7 +316,7 @@ LIBERO = dict(suite="libero_10", task_id=0, camera_size=32, max_episode_steps=6)
 @pytest.fixture(scope="module")
 def libero_pair():
     """Two chunked LIBERO envs in the vector env (2 workers, 2 stages), and two plain ones alone."""
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     envs = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=1, pipeline_stages=2, chunk=4, **LIBERO)
     plain = functools.partial(make_env, chunk=None, **LIBERO)

@@ -1,12 +1,11 @@
 import numpy as np
 import pytest
+from conftest import SMALL
 from fakes import CountingEnv, FakeAdapter
 from gymnasium import spaces
 
 import fastenv
 from fastenv import PruneModalities, SimEnv
-
-from conftest import SMALL
 
 
 def test_generic_dict_env_keeps_only_the_named_keys():
@@ -125,7 +124,8 @@ def test_libero_state_only_builds_no_renderer_and_keeps_the_stock_values(keys, s
     # object-state alone still reads the robot's pose (its relative poses need it): the values
     # are the stock env's whatever else is pruned.
     from conftest import stock_reset
-    from fastenv.backends.libero import make_env
+
+    from fastenv.envs.libero import make_env
 
     env = make_env("libero_10", 0, chunk=4, modalities=keys)
     try:
@@ -156,7 +156,7 @@ def test_libero_unknown_key(libero_slim_env):
 
 @pytest.mark.libero
 def test_libero_depth_and_segmentation_are_built_only_when_kept():
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     keys = ["agentview_depth", "robot0_eye_in_hand_segmentation_instance", "robot0_eef_pos"]
     env = make_env("libero_10", 0, chunk=2, modalities=keys, camera_size=SMALL)

@@ -6,8 +6,8 @@ from fakes import FakeAdapter
 
 import fastenv
 from fastenv import SimEnv
-from fastenv.backends import registry
-from fastenv.backends.registry import find_backend, register_backend
+from fastenv.core import registry
+from fastenv.core.registry import find_backend, register_backend
 
 
 class MySim:
@@ -46,7 +46,7 @@ def test_types_are_matched_by_name_without_importing_the_simulator():
     import sys
 
     code = (
-        "import sys; from fastenv.backends.registry import find_backend\n"
+        "import sys; from fastenv.core.registry import find_backend\n"
         "ControlEnv = type('ControlEnv', (), {'__module__': 'libero.libero.envs.env_wrapper'})\n"
         "print(find_backend(ControlEnv()).name, find_backend(object()), 'libero' in sys.modules, 'robosuite' in sys.modules)"
     )

@@ -62,6 +62,23 @@ def test_attributes_methods_and_wrappers(pair):
     assert ours.render_mode is None
 
 
+def test_attributes_answer_as_sb3s_own_vec_env_does(pair):
+    # has_attr, a new attribute set on some envs, negative indices: the same answers as DummyVecEnv's.
+    for venv in pair:
+        venv.reset()
+        assert venv.has_attr("max_len") and not venv.has_attr("no_such_attribute")
+        venv.set_attr("brand_new", 7, indices=1)
+        assert venv.get_attr("brand_new", indices=[1]) == [7]
+        assert not venv.has_attr("brand_new")  # only env 1 has it
+        assert venv.get_attr("max_len", indices=-1) == [12]
+        venv.set_attr("max_len", 3, indices=[-1])
+        assert venv.get_attr("max_len") == [12, 12, 12, 3]
+        assert venv.env_method("reset", seed=3, indices=-1)[0][1] == RandomLengthEnv(max_len=3).reset(seed=3)[1]
+        assert venv.env_is_wrapped(Monitor, indices=[-1, -2]) == [False, False]
+        with pytest.raises(IndexError):
+            venv.get_attr("max_len", indices=[4])
+
+
 def test_ppo_bootstraps_truncated_episodes_from_the_final_observations(pair):
     ours, _ = pair
     model = PPO("MultiInputPolicy", ours, n_steps=24, batch_size=48, n_epochs=1, seed=0, device="cpu")
@@ -110,6 +127,43 @@ def test_tensors_of_a_torch_backend_come_out_as_numpy():
             assert not any(isinstance(v, torch.Tensor) for v in info.values())
     assert done_seen >= 4
     venv.close()
+
+
+@pytest.mark.parametrize("kind", ["dict", "tuple"])
+def test_per_env_dict_and_tuple_actions_are_batched_as_sb3s_vec_envs_take_them(kind):
+    # SB3's DummyVecEnv and SubprocVecEnv index the actions by env: a list of one dict (tuple) per
+    # env goes, as does Gymnasium's batch (a dict / tuple of batches); a wrong count is refused.
+    # Two envs and a Tuple of two spaces: a list of two per-env tuples is not taken for a batch.
+    leaves = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1, 1, (2,), np.float32)}
+    space = gym.spaces.Dict(leaves) if kind == "dict" else gym.spaces.Tuple(tuple(leaves.values()))
+    first = space.sample()
+
+    class EchoEnv(gym.Env):  # observes its action (local: the workers get it by value)
+        observation_space = action_space = space
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return first, {}
+
+        def step(self, action):
+            return action, 0.0, False, False, {}
+
+    ours = SB3VecEnv(PipelineVectorEnv([EchoEnv] * 2, num_workers=1))
+    ref = DummyVecEnv([EchoEnv] * 2)
+    try:
+        assert_same(ours.reset(), ref.reset())
+        space.seed(0)
+        for _ in range(3):
+            actions = [space.sample() for _ in range(2)]
+            obs = ours.step(actions)[0]
+            assert_same(obs, ref.step(actions)[0])
+            assert_same(ours.step(obs)[0], obs)  # the batched form, as before
+        with pytest.raises(ValueError, match=r"actions must hold one action per env \(2\), got 1"):
+            ours.step(actions[:1])
+        assert_same(ours.step(actions)[0], obs)  # still usable
+    finally:
+        ours.close()
+        ref.close()
 
 
 @pytest.mark.libero

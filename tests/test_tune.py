@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import math
 import os
 
 import gymnasium as gym
@@ -20,6 +21,7 @@ from fakes import make_sleepy_env
 from fastenv import machine, tuning
 from fastenv.cli import main as cli_main
 from fastenv.tuning import Candidate, CostModel, Costs, Plan, Trial
+from fastenv.tuning.trials import _as_policy
 from fastenv.vector import Layout, PipelineVectorEnv, make_pipeline
 
 N, CPUS = 8, 2
@@ -64,7 +66,7 @@ def test_every_layout_of_the_space_is_valid_and_the_default_is_in_it():
 def test_expected_max_of_binomials_matches_enumeration(k, p, copies):
     exact = 0.0
     for draws in itertools.product(range(k + 1), repeat=copies):
-        prob = np.prod([tuning.math.comb(k, j) * p**j * (1 - p) ** (k - j) for j in draws])
+        prob = np.prod([math.comb(k, j) * p**j * (1 - p) ** (k - j) for j in draws])
         exact += prob * max(draws)
     assert tuning.expected_max_binomial(k, p, copies) == pytest.approx(exact, rel=1e-9)
 
@@ -179,7 +181,7 @@ def test_the_calibrations_own_workers_do_not_count_against_the_memory_left(monke
     space = tuning.search_space(N, CPUS)
     runner = KnownCosts(costs, lambda cand: model.predict(cand, N).steps_per_s)
     runner.memory = lambda: 10e9
-    monkeypatch.setattr(tuning.machine, "available_memory", lambda: 4e9)
+    monkeypatch.setattr(machine, "available_memory", lambda: 4e9)
     plan = tuning.tune([make_sleepy_env] * N, runner=runner, space=space, cpus=CPUS, progress=False)
     default = tuning.default_candidate(N, CPUS)
     assert len(runner.runs) > 1 and any(c.num_workers == default.num_workers for c in runner.runs[1:])
@@ -197,7 +199,7 @@ def test_tune_refuses_bad_arguments():
     with pytest.raises(ValueError, match="num_envs is needed"):
         tuning.tune(make_sleepy_env)
     with pytest.raises(ValueError, match="not both"):
-        tuning._as_policy(lambda obs: obs, 0.1, None)
+        _as_policy(lambda obs: obs, 0.1, None)
     with pytest.raises(ValueError, match=">= 0 seconds"):
         tuning.CostPolicy(-1.0)
     with pytest.raises(ValueError, match="2 env constructors"):
@@ -240,6 +242,27 @@ def test_the_vector_env_runs_a_plan_and_its_batching(tmp_path):
         PipelineVectorEnv([cartpole] * 2, layout=plan)
     with pytest.raises(ValueError, match="tune_options are for"):
         PipelineVectorEnv([cartpole] * 4, layout=plan, tune_options={})
+
+
+def test_the_vector_env_is_given_its_layout_resolver(tmp_path):
+    import fastenv.vector.pipeline
+    import fastenv.vector.plan
+
+    assert not hasattr(fastenv.vector.pipeline, "set_layout_resolver")  # importing the tuner installs nothing
+    assert Plan is fastenv.vector.plan.Plan and Candidate is fastenv.vector.plan.Candidate
+    with pytest.raises(ValueError, match=r"layout='auto' tunes .*pass layout_resolver=fastenv\.tuning\.plan_for"):
+        PipelineVectorEnv([cartpole] * 2, layout="auto")
+    calls = []
+
+    def resolver(env_fns, layout, tune_options, *, context):
+        calls.append((len(env_fns), layout, tune_options, context))
+        return Plan(num_envs=2, num_workers=1, spin_wait=0.0)
+
+    with make_pipeline(cartpole, 2, layout="mine", tune_options={"x": 1}, layout_resolver=resolver) as envs:
+        assert (envs.num_workers, envs.spin_wait, envs.plan) == (1, 0.0, Plan(num_envs=2, num_workers=1, spin_wait=0.0))
+    assert calls == [(2, "mine", {"x": 1}, "spawn")]
+    with PipelineVectorEnv([cartpole] * 2, layout=Plan(num_envs=2, num_workers=2).to_dict()) as envs:  # no resolver
+        assert envs.num_workers == 2 and envs.plan == Plan(num_envs=2, num_workers=2) and envs.plan.mode == "step"
 
 
 def rollout(envs, stages, steps, seed):
@@ -294,7 +317,7 @@ def test_tune_on_real_workers_writes_a_plan_a_vector_env_runs(tmp_path):
 
 def test_auto_layout_tunes_then_builds():
     options = {"policy_cost": 0.0, "max_trials": 1, "trial_seconds": 0.05, "progress": False, "cpus": 2}
-    with PipelineVectorEnv([cartpole] * 2, layout="auto", tune_options=options) as envs:
+    with PipelineVectorEnv([cartpole] * 2, layout="auto", tune_options=options, layout_resolver=tuning.plan_for) as envs:
         assert envs.plan is not None and envs.num_workers == envs.plan.num_workers
         assert len(envs.plan.trials) >= 2
         envs.reset(seed=0)

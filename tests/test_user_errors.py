@@ -5,6 +5,7 @@ import sys
 import textwrap
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from fastenv.vector import PipelineVectorEnv, WorkerError
@@ -66,14 +67,15 @@ def test_a_worker_that_cannot_unpickle_its_constructors_says_why():
 @pytest.mark.parametrize("entry", ["make_env", "make_vec"])
 def test_libero_options_are_checked_before_anything_is_built(monkeypatch, entry, kwargs, error, match):
     from fastenv.backends import libero
+    from fastenv.envs import libero as libero_envs
 
     def built(*args, **kw):
         raise AssertionError("something was built before the options were checked")
 
     monkeypatch.setattr(libero.LiberoTask, "load", built)
-    monkeypatch.setattr(libero, "make_pipeline", built)
+    monkeypatch.setattr(libero_envs, "make_pipeline", built)
     with pytest.raises(error, match=match):
-        libero.make_env(**kwargs) if entry == "make_env" else libero.make_vec(2, **kwargs)
+        libero_envs.make_env(**kwargs) if entry == "make_env" else libero_envs.make_vec(2, **kwargs)
 
 
 @pytest.mark.maniskill
@@ -118,7 +120,7 @@ def test_gym_makes_max_episode_steps_reaches_the_env_in_simulator_steps():
 
 
 def test_gym_makes_max_episode_steps_on_a_batched_env_is_refused_before_building(monkeypatch):
-    import fastenv.backends.libero as libero
+    import fastenv.envs.libero as libero
 
     monkeypatch.setattr(libero, "make_vec", lambda *a, **k: pytest.fail("built a vector env"))
     with pytest.raises(ValueError, match=r"pass it to gym.make_vec\('fastenv/Libero-v0', num_envs=\.\.\., max_episode_steps=40\)"):
@@ -173,3 +175,18 @@ def test_the_vector_env_shows_its_build(capfd):
         pass
     err = capfd.readouterr().err
     assert "fastenv: building 2 envs in 2 workers" in err and "fastenv: 2 envs in 2 workers built in" in err
+
+
+def test_a_closed_sim_env_says_so():
+    from fakes import FakeAdapter
+
+    from fastenv import SimEnv
+
+    env = SimEnv(FakeAdapter())
+    env.reset(seed=0)
+    env.close()
+    env.close()  # closing twice is fine
+    action = np.zeros(3, np.float32)
+    for call in (lambda: env.step(action), lambda: env.reset(seed=0), lambda: env.substep(action), env.observe):
+        with pytest.raises(gym.error.ClosedEnvironmentError, match="is closed: build a new env"):
+            call()

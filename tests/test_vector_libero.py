@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-
 from helpers import assert_same, lift_step_keys, without_legacy_keys
+
 from fastenv.vector import BatchedEnv, PipelineVectorEnv
 
 pytestmark = pytest.mark.libero
@@ -17,7 +17,7 @@ ENV_KWARGS = dict(suite="libero_10", task_id=0, chunk=4, camera_size=32, max_epi
 
 @pytest.mark.big_memory
 def test_libero_vector_env_matches_sync_vector_env_with_final_observations():
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     ours = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **ENV_KWARGS)
     ref = SyncVectorEnv([functools.partial(make_env, **ENV_KWARGS)] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -66,7 +66,7 @@ def test_make_with_num_envs_returns_the_batched_env_with_stages():
 
 
 def test_unknown_vector_option_is_named():
-    from fastenv.backends.libero import make_vec
+    from fastenv.envs.libero import make_vec
 
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['num_worker'\]"):
         make_vec(2, num_worker=2)
@@ -78,7 +78,7 @@ def test_an_envs_episodes_are_the_same_in_any_layout_on_a_task_with_random_fixtu
     # then unseeded autoresets) are the same alone in its worker process, sharing one worker
     # served by dynamic batching (env 1 sent first), and in SyncVectorEnv, where both share the
     # main process.
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     kwargs = dict(suite="libero_90", task_id=35, chunk=4, camera_size=32, max_episode_steps=6,
                   modalities=["agentview_image", "object-state"])

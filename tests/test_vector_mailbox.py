@@ -391,6 +391,31 @@ def test_a_spaces_action_checker_answers_as_check_batch_actions(space, actions, 
         np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize(
+    "space, actions",
+    [
+        (spaces.Discrete(3), np.array([0.0, 1.0, 1.0])),  # not integers
+        (spaces.Discrete(3), np.array([0, 1])),  # a row missing
+        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((2, 2))),
+        (spaces.Box(-1, 1, (2,), np.float32), np.full((3, 2), "x")),
+        (spaces.MultiBinary(2), np.zeros((3, 2), np.float32)),
+        (spaces.Dict({"a": spaces.Discrete(2)}), {"b": np.zeros(3, np.int64)}),
+        (spaces.Tuple((spaces.Discrete(2),)), np.zeros(3, np.int64)),
+    ],
+)
+def test_a_batch_of_the_wrong_count_dtype_or_structure_is_a_type_error(space, actions):
+    for check in (batch_action_checker(space), lambda a, n: check_batch_actions(a, space, n)):
+        with pytest.raises(TypeError) as caught:
+            check(actions, 3)
+        assert isinstance(caught.value, ValueError)  # what fastenv raised before
+
+
+def test_an_action_out_of_its_space_stays_a_value_error():
+    with pytest.raises(ValueError, match="is outside Discrete") as caught:
+        batch_action_checker(spaces.Discrete(3))(np.array([0, 3, 1]), 3)
+    assert not isinstance(caught.value, TypeError)
+
+
 def test_shared_arrays_of_other_row_counts_attach_alike():
     block = SharedArrays([("obs", (3,), np.float32), ("slots", (5,), np.int64, 2)], num_rows=4)
     try:

@@ -1,20 +1,32 @@
 """PipelineVectorEnv on fake envs: Gymnasium equivalence, stage API, dynamic batching, failures."""
 
+import ast
 import functools
+import inspect
 import os
 import signal
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from fakes import CountdownEnv, GateEnv, NoisyEnv, RandomLengthEnv, make_chunked_fake, make_shared_world_env
-from helpers import Alone, assert_same, step_every_env, without_legacy_keys
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from fakes import (
+    CountdownEnv,
+    GateEnv,
+    NoisyEnv,
+    RandomLengthEnv,
+    make_chunked_fake,
+    make_shared_world_env,
+)
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import batch_space
+from helpers import Alone, assert_same, step_every_env, without_legacy_keys
 
+import fastenv.vector
 from fastenv.core.arrays import get_row
-from fastenv.vector import PipelineVectorEnv, WorkerError
+from fastenv.vector import VECTOR_OPTIONS, PipelineVectorEnv, WorkerError
+from fastenv.vector.pool import EnvStatus, WorkerPool
 
 SAME_STEP = AutoresetMode.SAME_STEP
 
@@ -29,8 +41,9 @@ def child_pids():
                 cmdline = (entry / "cmdline").read_text()
             except OSError:
                 continue
-            # multiprocessing's own resource tracker lives as long as this process: not ours
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and "resource_tracker" not in cmdline:
+            # multiprocessing's own resource tracker and forkserver (a test of context="forkserver"
+            # started it) live as long as this process: not ours
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and "resource_tracker" not in cmdline and "forkserver" not in cmdline:
                 out.append(int(entry.name))
     return out
 
@@ -661,3 +674,293 @@ def test_each_env_receives_its_action_row_unchanged_as_in_sync_vector_env(name):
             assert len(got) == len(ref) > 0
             for k, (a, b) in enumerate(zip(got, ref)):
                 assert_same(a, b, f"env {i} action {k}")
+
+
+# -- one object, Gymnasium's contracts (issue 49) --------------------------------------------------
+def test_the_vector_env_holds_its_worker_pool_rather_than_mixing_it_in(random_envs):
+    assert PipelineVectorEnv.__bases__ == (VectorEnv,)
+    pool = random_envs._pool
+    assert isinstance(pool, WorkerPool) and random_envs.layout is pool.layout
+    assert (random_envs.num_workers, random_envs.pipeline_stages, random_envs.spin_wait) == (2, 2, pool.spin_wait)
+    random_envs.reset(seed=0)
+    random_envs.send(np.zeros((4, 3)), stage=1)
+    assert [pool.envs[i].status for i in (0, 4)] == [EnvStatus.IDLE, EnvStatus.PENDING]
+    random_envs.recv(stage=1)
+    assert pool.envs[4].status is EnvStatus.IDLE
+
+
+def test_misuse_raises_gymnasiums_vector_env_errors(random_envs):
+    random_envs.reset(seed=0)
+    random_envs.send(np.zeros((4, 3)), stage=0)
+    with pytest.raises(gym.error.AlreadyPendingCallError, match=r"send\(stage=0\): envs \[0, 1, 2, 3\] still have actions in flight"):
+        random_envs.send(np.zeros((4, 3)), stage=0)
+    with pytest.raises(gym.error.AlreadyPendingCallError, match=r"step\(\): envs \[0, 1, 2, 3\] still have actions in flight"):
+        random_envs.step(np.zeros((8, 3)))
+    with pytest.raises(gym.error.AlreadyPendingCallError, match=r"reset\(\): envs \[0, 1, 2, 3\]"):
+        random_envs.reset()
+    random_envs.recv(stage=0)
+    with pytest.raises(gym.error.NoAsyncCallError, match=r"recv\(stage=1\) without send\(stage=1\)"):
+        random_envs.recv(stage=1)
+    with pytest.raises(gym.error.NoAsyncCallError, match=r"recv\(\) without send\(env_ids=\.\.\.\)"):
+        random_envs.recv()
+    with pytest.raises(RuntimeError, match="without send"):  # what fastenv raised before: caught as ever
+        random_envs.recv()
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda e: e.step(np.zeros((7, 3), np.float32)), r"actions must have shape \(8, 3\), got shape \(7, 3\)"),
+        (lambda e: e.step(np.full((8, 3), "x")), "real-valued array"),
+        (lambda e: e.send(np.zeros((3, 3)), stage=0), r"shape \(4, 3\), got shape \(3, 3\)"),
+        (lambda e: e.send(np.zeros((1, 3)), env_ids=[0, 1]), r"shape \(2, 3\), got shape \(1, 3\)"),
+        (lambda e: e.reset(options={"reset_mask": np.ones(8, np.int64)}), r"reset_mask'\] must be a bool numpy array"),
+    ],
+)
+def test_a_batch_of_the_wrong_count_or_dtype_is_a_type_error(random_envs, call, match):
+    random_envs.reset(seed=0)
+    with pytest.raises(TypeError, match=match) as caught:
+        call(random_envs)
+    assert isinstance(caught.value, ValueError)  # what fastenv raised before
+    assert len(random_envs.in_flight()) == 0
+
+
+def test_any_use_after_close_raises_closed_environment_error():
+    envs = PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1)
+    envs.reset(seed=0)
+    envs.close()
+    calls = [
+        lambda e: e.step(np.zeros((2, 3), np.float32)),
+        lambda e: e.reset(seed=0),
+        lambda e: e.send(np.zeros((1, 3)), env_ids=[0]),
+        lambda e: e.recv(),
+        lambda e: e.get_attr("max_len"),
+        lambda e: e.set_attr("max_len", 3),
+        lambda e: e.call("render"),
+        lambda e: e.apply(len),
+        lambda e: e.in_flight(),
+        lambda e: e.set_pipeline_stages(2),
+        lambda e: e.start_profile(),
+    ]
+    for call in calls:
+        with pytest.raises(gym.error.ClosedEnvironmentError, match="this vector env is closed"):
+            call(envs)
+    with pytest.raises(RuntimeError, match="closed"):
+        envs.step(np.zeros((2, 3), np.float32))
+    envs.close()
+    assert envs.closed
+
+
+class _PickyEnv(GateEnv):
+    """A GateEnv whose reset raises ValueError when told to, and whose ``raise_at``-th step raises KeyError."""
+
+    def reset(self, *, seed=None, options=None):
+        if options and options.get("refuse"):
+            raise ValueError("this env refuses the reset")
+        return super().reset(seed=seed)
+
+    def step(self, action):
+        if self.raise_at is not None and self.t + 1 == self.raise_at:
+            raise KeyError("a missing key")
+        return super().step(action)
+
+
+def test_an_envs_builtin_error_arrives_as_that_error_and_a_worker_error():
+    # Worker 0 holds envs 0 and 2, worker 1 envs 1 and 3; only env 0 raises.
+    fns = [functools.partial(_PickyEnv, raise_at=2), GateEnv, GateEnv, GateEnv]
+    with PipelineVectorEnv(fns, num_workers=2) as envs:
+        with pytest.raises(ValueError, match=r"reset failed for envs \[0\]: ValueError: this env refuses the reset") as caught:
+            envs.reset(seed=0, options={"refuse": True})
+        assert isinstance(caught.value, WorkerError)
+        envs.reset(seed=0)
+        envs.step(np.zeros((4, 1)))
+        with pytest.raises(KeyError) as caught:
+            envs.step(np.zeros((4, 1)))
+        err = caught.value
+        assert isinstance(err, WorkerError) and str(err).startswith("env 0 raised in worker 0: KeyError: 'a missing key'\n")
+        assert err.failed_env_ids.tolist() == [0, 2] and err.valid.tolist() == [False, True, False, True]
+        assert err.results[0][:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]  # envs 1 and 3 stepped
+
+
+def test_a_missing_attribute_is_an_attribute_error(random_envs):
+    with pytest.raises(AttributeError, match="no_such_attribute") as caught:
+        random_envs.get_attr("no_such_attribute")
+    assert isinstance(caught.value, WorkerError)
+    with pytest.raises(AttributeError, match="no_such_method"):
+        random_envs.call("no_such_method", 1)
+    assert random_envs.get_attr("max_len") == (12,) * 8  # the workers carry on
+
+
+def test_np_random_seed_is_each_envs_as_in_sync_vector_env(random_envs):
+    ref = SyncVectorEnv([RandomLengthEnv] * 8, autoreset_mode=SAME_STEP)
+    unseeded = random_envs.np_random_seed  # as Gymnasium's: each env draws one at first use
+    assert len(unseeded) == 8 and all(isinstance(s, int) and s >= 0 for s in unseeded)
+    random_envs.reset(seed=42)
+    ref.reset(seed=42)
+    assert random_envs.np_random_seed == ref.np_random_seed == tuple(range(42, 50))
+    assert [g.bit_generator.state for g in random_envs.np_random] == [g.bit_generator.state for g in ref.np_random]
+    random_envs.reset()  # an unseeded reset keeps the seeds
+    assert random_envs.np_random_seed == tuple(range(42, 50))
+
+
+def test_vector_options_are_the_vector_envs_keywords():
+    from fastenv.vector.factory import VECTOR_OPTIONS as from_factory
+
+    assert VECTOR_OPTIONS is from_factory
+    assert VECTOR_OPTIONS == tuple(inspect.signature(PipelineVectorEnv.__init__).parameters)[2:]
+    assert {"num_workers", "layout", "layout_resolver", "render_devices"} <= set(VECTOR_OPTIONS)
+
+
+def test_the_vector_layer_imports_only_the_layers_below_it():
+    allowed = ("fastenv.vector", "fastenv.core", "fastenv._validation", "fastenv._deps", "fastenv.machine")
+    for path in sorted(Path(fastenv.vector.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fastenv"):
+                names = [f"fastenv.{a.name}" for a in node.names] if node.module == "fastenv" else [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.startswith("fastenv")]
+            else:
+                continue
+            outside = [name for name in names if not name.startswith(allowed)]
+            assert not outside, f"vector/{path.name} imports {outside}"
+
+
+def test_a_worker_runs_action_chunks_in_one_executor_through_their_batch_spec():
+    from fakes import FakeAdapter
+
+    from fastenv import SimEnv
+    from fastenv.vector.worker import batch_executor
+    from fastenv.wrappers.action import ActionChunk
+
+    chunked = [ActionChunk(SimEnv(FakeAdapter()), chunk=3, gamma=0.5) for _ in range(2)]
+    batch, executor = batch_executor(chunked)
+    assert batch.envs == [env.env for env in chunked] and (executor.chunk, executor.gamma) == (3, 0.5)
+
+    class Logged(ActionChunk):  # a subclass may do more in its step than the executor does
+        pass
+
+    others = [
+        [ActionChunk(SimEnv(FakeAdapter()), chunk=3), ActionChunk(SimEnv(FakeAdapter()), chunk=2)],
+        [Logged(SimEnv(FakeAdapter()), chunk=3) for _ in range(2)],
+        [gym.wrappers.RecordEpisodeStatistics(ActionChunk(SimEnv(FakeAdapter()), chunk=3)) for _ in range(2)],
+    ]
+    for envs in others:  # each env stepped as it is
+        batch, executor = batch_executor(envs)
+        assert batch.envs == envs and executor.chunk is None
+
+
+class _ScalarsEnv(gym.Env):
+    """Observes samples of a space with Box leaves of shape () (float and integer) and a Discrete;
+    episodes of ``length`` steps."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "x": gym.spaces.Box(-1.0, 1.0, (), np.float32),
+            "k": gym.spaces.Box(0, 255, (), np.uint8),
+            "n": gym.spaces.Discrete(4),
+            "v": gym.spaces.Box(-1.0, 1.0, (2,), np.float64),
+        }
+    )
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, space=None, length=2):
+        if space is not None:
+            self.observation_space = space
+        self.length = length
+
+    def _draw(self):
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        return self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._draw(), 0.0, self.t >= self.length, False, {}
+
+
+@pytest.mark.parametrize("how", ["step", "stage"])
+@pytest.mark.parametrize("space", [None, gym.spaces.Box(-1.0, 1.0, (), np.float64)], ids=["dict", "box"])
+def test_a_scalar_box_final_obs_is_a_0d_array_as_in_sync_vector_env(space, how):
+    # A float Box of shape () is observed as a 0-d array (Box.sample's): final_obs keeps it so, as
+    # SyncVectorEnv does; an integer Box's or a Discrete's numpy scalar and a row stay as they were.
+    fns = [functools.partial(_ScalarsEnv, space)] * 2
+    with PipelineVectorEnv(fns, num_workers=1) as envs:
+        ref = SyncVectorEnv(fns, autoreset_mode=SAME_STEP)
+        envs.reset(seed=3)
+        ref.reset(seed=3)
+        for _ in range(2):
+            if how == "step":
+                infos = envs.step(np.zeros(2, np.int64))[4]
+            else:
+                envs.send(np.zeros(2, np.int64), stage=0)
+                infos = envs.recv(stage=0)[4]
+            ref_infos = ref.step(np.zeros(2, np.int64))[4]
+        assert infos["_final_obs"].tolist() == [True, True]
+        for i in range(2):
+            ours, want = infos["final_obs"][i], ref_infos["final_obs"][i]
+            assert_same(ours, want, f"final_obs[{i}]")
+            pairs = [(ours, want)] if space is not None else [(ours[k], want[k]) for k in want]
+            for a, b in pairs:
+                assert type(a) is type(b) and np.shape(a) == np.shape(b) and a.dtype == b.dtype, (a, b)
+            leaf = ours if space is not None else ours["x"]
+            assert isinstance(leaf, np.ndarray) and leaf.shape == () and leaf.base is None  # a copy, not a view
+        ref.close()
+
+
+class _CustomSpace(gym.Space):
+    """A space none of fastenv's arrays can hold."""
+
+    def sample(self, mask=None, probability=None):
+        return 0
+
+    def contains(self, x):
+        return x == 0
+
+    def __eq__(self, other):
+        return isinstance(other, _CustomSpace)
+
+
+class _CustomSpaceEnv(_ScalarsEnv):
+    def __init__(self, where):
+        custom = gym.spaces.Dict({"ok": gym.spaces.Discrete(2), "odd": _CustomSpace()})
+        if where == "observation":
+            self.observation_space = custom
+        else:
+            self.action_space = custom
+        self.length = 2
+
+
+@pytest.mark.parametrize("where", ["observation", "action"])
+def test_a_space_shared_memory_cannot_hold_is_a_value_error_at_construction(where):
+    # As AsyncVectorEnv(shared_memory=True) refuses a custom space: a ValueError naming the space,
+    # the workers closed, no shared memory left.
+    with pytest.raises(ValueError, match=rf"(?s)the envs' {where}_space holds .*_CustomSpace.*shared memory holds only Box") as caught:
+        PipelineVectorEnv([functools.partial(_CustomSpaceEnv, where)] * 2, num_workers=2)
+    assert not isinstance(caught.value, WorkerError)
+    assert child_pids() == []
+    assert fastenv_segments() == []
+
+
+def test_close_with_actions_in_flight_warns_and_closes():
+    # As AsyncVectorEnv.close with a pending call: a UserWarning that names the envs, then a clean close.
+    envs = PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2, pipeline_stages=2)
+    pids = envs.worker_pids
+    envs.reset(seed=0)
+    envs.send(np.zeros((2, 3), np.float32), stage=1)
+    with pytest.warns(UserWarning, match=r"Calling `close` while envs \[2, 3\] have actions in flight"):
+        envs.close()
+    assert envs.closed
+    assert not set(pids) & set(child_pids())
+    assert fastenv_segments() == []
+    quiet = PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1)
+    quiet.reset(seed=0)
+    quiet.send(np.zeros((2, 3), np.float32), stage=0)
+    quiet.recv(stage=0)  # received: nothing in flight, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet.close()
+        quiet.close()

@@ -4,10 +4,10 @@
 """
 
 from fastenv.backends._vulkan import configure_vulkan
-from fastenv.backends.base import BatchSimulator, GymAdapter, SimulatorAdapter
-from fastenv.backends.registry import register_backend
 from fastenv.core import Executor, SimEnv, SubstepDisabledWarning
-from fastenv.registration import register_envs
+from fastenv.core.protocol import BatchSimulator, GymAdapter, SimulatorAdapter
+from fastenv.core.registry import register_backend
+from fastenv.envs import register_envs
 from fastenv.tuning import Plan, tune
 from fastenv.wrappers import ActionChunk, HeadlessRender, PruneModalities, wrap
 

@@ -75,6 +75,26 @@ def check_action(action: Any, space: spaces.Space, what: str = "action") -> Any:
 _SMALL = 64  # batches up to this many actions are checked element by element in Python
 
 
+class BatchTypeError(TypeError, ValueError):
+    """A vector env's batch (of actions, or a reset mask) of the wrong count, shape, dtype or structure.
+
+    A ``TypeError``, as Gymnasium's vector envs raise, and a ``ValueError``, as fastenv raised before.
+    """
+
+
+def check_real_batch(actions: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """``check_real_array`` for a batch: its wrong dtype or shape raise ``BatchTypeError``."""
+    array = np.asarray(actions)
+    if array.dtype.kind not in "fiu":
+        raise BatchTypeError(f"{what} must be a real-valued array (float or int), got dtype {array.dtype}")
+    if array.shape != shape:
+        raise BatchTypeError(f"{what} must have shape {shape}, got shape {array.shape}")
+    if array.dtype.kind == "f" and np.count_nonzero(np.isfinite(array)) != array.size:  # (.all() costs more)
+        bad = np.argwhere(~np.isfinite(array))[0].tolist()
+        raise ValueError(f"{what} must be finite, got {array[tuple(bad)]} at index {tuple(bad)}")
+    return array
+
+
 def batch_action_checker(space: spaces.Space) -> Callable[..., Any]:
     """``check_batch_actions`` for one space, with the space's type tests done once.
 
@@ -98,7 +118,7 @@ def batch_action_checker(space: spaces.Space) -> Callable[..., Any]:
         shape = space.shape
 
         def check_box(actions: Any, count: int, what: str = "actions") -> Any:
-            return check_real_array(actions, (count, *shape), what)
+            return check_real_batch(actions, (count, *shape), what)
 
         return check_box
 
@@ -117,23 +137,23 @@ def check_batch_actions(actions: Any, space: spaces.Space, count: int, what: str
         # Leaf by leaf, as at the top level: Space.contains would refuse a float64 batch for a
         # float32 Box, which SyncVectorEnv passes on as it is.
         if not isinstance(actions, Mapping):
-            raise ValueError(f"{what} must be a dict with the keys {list(space.spaces)}, got {type(actions).__name__}")
+            raise BatchTypeError(f"{what} must be a dict with the keys {list(space.spaces)}, got {type(actions).__name__}")
         missing = [key for key in space.spaces if key not in actions]
         if missing:
-            raise ValueError(f"{what} must have the keys {list(space.spaces)}, got {list(actions)} (missing {missing})")
+            raise BatchTypeError(f"{what} must have the keys {list(space.spaces)}, got {list(actions)} (missing {missing})")
         return {key: check_batch_actions(actions[key], sub, count, f"{what}[{key!r}]") for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         if not isinstance(actions, (tuple, list)) or len(actions) != len(space.spaces):
             got = f"{type(actions).__name__} of {len(actions)}" if isinstance(actions, (tuple, list)) else type(actions).__name__
-            raise ValueError(f"{what} must be a tuple of {len(space.spaces)} batches, got {got}")
+            raise BatchTypeError(f"{what} must be a tuple of {len(space.spaces)} batches, got {got}")
         return tuple(check_batch_actions(a, sub, count, f"{what}[{i}]") for i, (a, sub) in enumerate(zip(actions, space.spaces)))
     if isinstance(space, spaces.Box):
-        return check_real_array(actions, (count, *space.shape), what)
+        return check_real_batch(actions, (count, *space.shape), what)
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
         array = np.asarray(actions)
         shape = (count, *space.shape)
         if array.shape != shape or array.dtype.kind not in "iub":
-            raise ValueError(f"{what} must be an integer array of shape {shape}, got {array.dtype} {array.shape}")
+            raise BatchTypeError(f"{what} must be an integer array of shape {shape}, got {array.dtype} {array.shape}")
         # Space.contains on the batched space would do, but builds that space on every step: the
         # bounds check below is the same test, and says which action is out of range.
         if isinstance(space, spaces.Discrete):
@@ -153,9 +173,9 @@ def check_batch_actions(actions: Any, space: spaces.Space, count: int, what: str
     try:
         items = list(iterate(batched, actions))
     except Exception as exc:
-        raise ValueError(f"{what} must be a batch of {count} actions of {space}: {exc}") from exc
+        raise BatchTypeError(f"{what} must be a batch of {count} actions of {space}: {exc}") from exc
     if len(items) != count:
-        raise ValueError(f"{what} must hold {count} actions, got {len(items)}")
+        raise BatchTypeError(f"{what} must hold {count} actions, got {len(items)}")
     for i, item in enumerate(items):
         if not space.contains(item):
             raise ValueError(f"{what}[{i}] = {item!r} is not an element of {space}")

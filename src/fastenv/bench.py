@@ -37,7 +37,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -46,6 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fastenv.core.fast_paths import FastPath
+from fastenv.machine import measured_on
 
 IMAGE_KEY, STATE_KEY = "agentview_image", "robot0_proprio-state"
 SLIM_MODALITIES = (IMAGE_KEY, STATE_KEY)
@@ -114,13 +116,13 @@ class Variant:
     mode: str = "step"  # "step", "pipeline" or "dynamic"
     hard_reset: bool = True
     fast_substep: bool = False
-    paths: tuple[str, ...] = ()  # the env's fast paths (``SimEnv.fast_paths``) this configuration adds, which must serve
+    paths: tuple[FastPath, ...] = ()  # the env's fast paths (``SimEnv.fast_paths``) this configuration adds, which must serve
 
 
 # The fast paths each configuration relies on from its own on (each keeps its predecessors').
-SKIP_OBS_PATHS = ("observation at a chunk's end",)
-RESET_PATHS = (*SKIP_OBS_PATHS, "in-place reset")
-SUBSTEP_PATHS = (*RESET_PATHS, "fast control loop", "compiled control loop", "compiled policy step")
+SKIP_OBS_PATHS = (FastPath.OBSERVATION_AT_CHUNK_END,)
+RESET_PATHS = (*SKIP_OBS_PATHS, FastPath.IN_PLACE_RESET)
+SUBSTEP_PATHS = (*RESET_PATHS, FastPath.FAST_CONTROL_LOOP, FastPath.COMPILED_CONTROL_LOOP, FastPath.COMPILED_POLICY_STEP)
 
 
 def variants(cfg: BenchConfig) -> list[Variant]:
@@ -162,14 +164,14 @@ def episode_lengths(cfg: BenchConfig) -> list[int]:
 
 def stepwise_env(chunk: int, *args: Any, **kwargs: Any) -> Any:
     """``make_env(*args, **kwargs)`` executing chunks of ``chunk`` one step at a time, an observation after each."""
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
     from fastenv.wrappers import ActionChunk
 
     return ActionChunk(make_env(*args, chunk=None, **kwargs), chunk, skip_observations=False)
 
 
 def _env_fns(cfg: BenchConfig, build: str, env_cores: list[int]) -> list[Callable[[], Any]]:
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     stock = build == "stock"
     maker = functools.partial(make_env, chunk=cfg.chunk) if build == "chunked" else functools.partial(stepwise_env, cfg.chunk)
@@ -484,13 +486,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
         "vector_env_builds": builds,  # one per kind of build (stock, slim, chunked) and round
         "episode_lengths": episode_lengths(cfg),
         "results": rows,
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "cores_available": len(previous_affinity),
-            "processor": platform.processor() or platform.machine(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": {**measured_on(), "cores_available": len(previous_affinity)},
     }
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

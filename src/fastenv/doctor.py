@@ -21,6 +21,8 @@ import time
 import warnings
 from typing import Any
 
+from fastenv.core.fast_paths import FastPath
+
 # What to do where a LIBERO fast path steps aside: the first hint whose words appear in its lines.
 # Each fast path gives the same data either way: stepping aside costs time, never equality.
 _HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -38,9 +40,9 @@ _HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
      "report this output as an issue: the compiled arithmetic differs from robosuite's on this machine (docs/troubleshooting.md)"),
 )
 _SWITCHES = {  # fast paths a user can turn off, and how they were turned off
-    "in-place reset": "hard_reset=True was asked for: pass hard_reset=False (the default) for resets in place",
-    "fast control loop": "fast_substep=False was asked for: leave it True (the default)",
-    "shared render context": "FASTENV_SHARE_RENDER=0 is set: unset it",
+    FastPath.IN_PLACE_RESET: "hard_reset=True was asked for: pass hard_reset=False (the default) for resets in place",
+    FastPath.FAST_CONTROL_LOOP: "fast_substep=False was asked for: leave it True (the default)",
+    FastPath.SHARED_RENDER_CONTEXT: "FASTENV_SHARE_RENDER=0 is set: unset it",
 }
 
 
@@ -56,10 +58,14 @@ def cpu() -> dict[str, Any]:
         pass
     features: dict[str, bool] = {}
     try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features  # numpy 2
+        from numpy._core._multiarray_umath import (
+            __cpu_features__ as features,  # numpy 2
+        )
     except ImportError:
         try:
-            from numpy.core._multiarray_umath import __cpu_features__ as features  # numpy 1
+            from numpy.core._multiarray_umath import (
+                __cpu_features__ as features,  # numpy 1
+            )
         except ImportError:
             pass
     simd = [name for name in ("SSE42", "AVX", "AVX2", "FMA3", "AVX512F", "AVX512_SKX", "AVX512_ICL", "AVX512_SPR", "ASIMD", "SVE")
@@ -83,9 +89,9 @@ def compiled_loop() -> dict[str, Any]:
     """numpy's BLAS, how it sums a convolution, numba's target, and whether numba's cache holds LIBERO's
     control loop compiled for this CPU."""
     from fastenv.backends.libero import machine_facts
-    from fastenv.backends.libero.task import _libero
+    from fastenv.backends.libero.task import import_libero
 
-    _libero()  # MuJoCo's GL platform chosen before MuJoCo is imported, robosuite's import notices dropped
+    import_libero()  # MuJoCo's GL platform chosen before MuJoCo is imported, robosuite's import notices dropped
     out = machine_facts.describe()
     if importlib.util.find_spec("numba") is None or importlib.util.find_spec("robosuite") is None:
         out["cache"] = None
@@ -111,7 +117,6 @@ def libero_env(suite: str, task_id: int, camera_size: int = 64) -> dict[str, Any
     import gymnasium as gym
     import numpy as np
 
-    import fastenv  # noqa: F401  (registers fastenv/Libero-v0)
     from fastenv.backends.libero import compiled
     from fastenv.backends.libero.mujoco_facts import installed_stack
 
@@ -141,7 +146,7 @@ def advice(path: str, lines: list[str]) -> dict[str, str]:
     """Why ``path`` does not serve (the lines that name it, else all) and what to do."""
     from fastenv._deps import install_command
 
-    words = {"compiled policy step": ("policy step",), "compiled control loop": ("compiled control loop",)}.get(path, (path,))
+    words = {FastPath.COMPILED_POLICY_STEP: ("policy step",)}.get(path, (path,))
     mine = [line for line in lines if any(w in line for w in words)]
     if not mine and path in _SWITCHES:  # it said nothing: it was turned off
         return {"why": "turned off", "do": _SWITCHES[path]}
@@ -154,10 +159,10 @@ def advice(path: str, lines: list[str]) -> dict[str, str]:
 
 def _gl_renderer(raw: Any) -> str | None:
     """The OpenGL renderer the env's camera renders with (GL_RENDERER), where PyOpenGL can ask."""
-    from fastenv.backends.libero.adapter import _make_gl_current
+    from fastenv.backends.libero.adapter import make_gl_current
 
     try:
-        _make_gl_current(raw)
+        make_gl_current(raw)
         from OpenGL.GL import GL_RENDERER, GL_VERSION, glGetString
 
         return f"{glGetString(GL_RENDERER).decode()} (OpenGL {glGetString(GL_VERSION).decode()})"

@@ -124,3 +124,25 @@ def describe() -> dict[str, object]:
         "memory_available_gb": None if memory is None else round(memory / 2**30, 2),
         "gpus": gpu_count(),
     }
+
+
+def measured_on() -> dict[str, Any]:
+    """What a benchmark's numbers were measured on: the CPU, Python, and the kernel set numpy's BLAS runs there."""
+    import platform
+
+    out: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "mujoco_gl": os.environ.get("MUJOCO_GL"),
+    }
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return out
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas" and "numpy" in i.get("filepath", "")]
+    if blas:
+        out["numpy_blas"] = {"vendor": blas[0].get("internal_api"), "version": blas[0].get("version"),
+                             "core_type": blas[0].get("architecture"), "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")}
+    return out

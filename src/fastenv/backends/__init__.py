@@ -1,7 +1,5 @@
-"""Simulator adapters: one module per simulator, the only place that imports it; and the registry
-that finds the backend for an env someone already built."""
+"""Simulator adapters: one package per simulator, the only place that imports it.
 
-from fastenv.backends.base import BatchSimulator, GymAdapter, SimulatorAdapter
-from fastenv.backends.registry import find_backend, register_backend
-
-__all__ = ["BatchSimulator", "GymAdapter", "SimulatorAdapter", "find_backend", "register_backend"]
+Each backend imports only ``fastenv.core`` (the protocols it implements, ``SimEnv``) and its
+simulator; its envs are assembled into wrapped and vector envs in ``fastenv.envs``.
+"""

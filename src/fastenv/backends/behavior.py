@@ -42,10 +42,8 @@ from gymnasium import spaces
 from gymnasium.error import DependencyNotInstalled
 
 from fastenv._validation import check_positive_int
-from fastenv.backends.base import Info, ObsType, check_known_keys
 from fastenv.core import SimEnv
-from fastenv.vector import BatchedEnv, make_pipeline
-from fastenv.wrappers import wrap
+from fastenv.core.protocol import Info, ObsType, check_known_keys
 
 INSTALL_HINT = (
     "OmniGibson is not installed. BEHAVIOR needs OmniGibson >= 3.7 from the BEHAVIOR-1K repository "
@@ -409,52 +407,22 @@ def _to_numpy(value: Any) -> np.ndarray:
     return array
 
 
-def make_env(
-    task: str = "turning_on_radio",
-    *,
-    chunk: int | None = 32,
-    num_envs: int | None = None,
-    pipeline_stages: int = 1,
-    scene: str = "house_single_floor",
-    robot: str = "R1Pro",
-    modalities: Sequence[str] = DEFAULT_MODALITIES,
-    camera_size: int | tuple[int, int] = 128,
-    max_episode_steps: int = 500,
-    gamma: float | None = None,
-    threads: int | None = None,
-    render_mode: str | None = None,
-    **options: Any,
-) -> Any:
-    """A headless, chunked BEHAVIOR env (``gym.make("fastenv/Behavior-v0", ...)``).
-
-    With ``pipeline_stages > 1`` or ``num_envs``, the envs run in fastenv's vector env (one
-    env per stage by default) and are returned batched as one env.
-
-    Examples:
-        >>> env = gym.make("fastenv/Behavior-v0", task="turning_on_radio", chunk=32, pipeline_stages=2)
-    """
-    if importlib.util.find_spec("omnigibson") is None:  # before any worker is spawned
+def check_installed() -> None:
+    """Raise ``DependencyNotInstalled`` with what to install when OmniGibson is missing (before any worker starts)."""
+    if importlib.util.find_spec("omnigibson") is None:
         raise DependencyNotInstalled(INSTALL_HINT)
-    size = (camera_size, camera_size) if isinstance(camera_size, int) else tuple(camera_size)
-    vector_keys = {"num_workers", "step_timeout", "startup_timeout", "threads_per_worker", "max_restarts", "spin_wait", "info_format", "context", "progress"}
-    vector = {k: options.pop(k) for k in list(options) if k in vector_keys}
-    settings = BehaviorSettings(
-        task=task, scene=scene, robot=robot, modalities=tuple(modalities), camera_size=size,
-        max_episode_steps=max_episode_steps, threads=threads, **options,
-    )
-    if num_envs is not None or pipeline_stages > 1:
-        n = pipeline_stages if num_envs is None else num_envs
-        vector.setdefault("startup_timeout", 1800.0)  # Isaac Sim's first launch builds shader caches
-        return BatchedEnv(
-            make_pipeline(
-                _make_single, n, pipeline_stages=pipeline_stages, settings=settings, chunk=chunk,
-                gamma=gamma, render_mode=render_mode, **vector,
-            )
-        )
-    return _make_single(settings=settings, chunk=chunk, gamma=gamma, render_mode=render_mode)
 
 
-def _make_single(*, settings: BehaviorSettings, chunk: int | None, gamma: float | None, render_mode: str | None) -> Any:
-    adapter = BehaviorAdapter(settings, render_mode=render_mode)
-    env = SimEnv(adapter)  # the task's own Timeout truncates (see omnigibson_settings)
-    return wrap(env, chunk=chunk, render_mode=render_mode, gamma=gamma)
+def make_sim(settings: BehaviorSettings, *, render_mode: str | None = None) -> SimEnv:
+    """One headless BEHAVIOR env as a ``SimEnv``; the task's own Timeout truncates (see ``omnigibson_settings``)."""
+    return SimEnv(BehaviorAdapter(settings, render_mode=render_mode))
+
+
+def __getattr__(name: str) -> Any:
+    # The public entry point's home before the assembly layer (fastenv.envs): scripts that import
+    # it from here keep working; nothing inside fastenv takes this path (tests/test_layers.py).
+    if name == "make_env":
+        from fastenv.envs import behavior
+
+        return behavior.make_env
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

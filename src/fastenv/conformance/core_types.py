@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Any
 
+from fastenv.core.fast_paths import FastPath
+
 # OpenBLAS's x86-64 core types (its DYNAMIC_ARCH names), oldest first; "" is the machine's own choice.
 CORE_TYPES = ("", "Prescott", "Nehalem", "SandyBridge", "Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids")
 TASKS = ("libero_goal/5", "libero_10/0", "libero_spatial/2", "libero_object/4", "libero_90/35")
@@ -80,14 +82,15 @@ def check(task: str, steps: int = STEPS, seed: int = 0) -> dict[str, Any]:
                 if a.tobytes() != b.tobytes():
                     out["difference"] = "the final observation"
             loop = fast._control_loop()
-            out["compiled control loop"] = bool(loop is not None and loop._checked)
-            out["compiled policy step"] = bool(loop is not None and loop._policy is not None and loop._policy.checked)
+            out[FastPath.COMPILED_CONTROL_LOOP] = bool(loop is not None and loop._checked)
+            out[FastPath.COMPILED_POLICY_STEP] = bool(loop is not None and loop._policy is not None and loop._policy.checked)
             out["env steps compared"] = compared
         finally:
             fast.close()
             stock.close()
     out["said"] = list(dict.fromkeys(str(w.message) for w in said if str(w.message).startswith("fastenv:")))
-    out["passed"] = bool(out["difference"] is None and out.get("compiled control loop") and out.get("compiled policy step") and not out["said"])
+    out["passed"] = bool(out["difference"] is None and out.get(FastPath.COMPILED_CONTROL_LOOP) and out.get(FastPath.COMPILED_POLICY_STEP)
+                        and not out["said"])
     return out
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from fastenv.conformance import success_schedule
-from fastenv.conformance.rlinf import _leaves, _same, command
+from fastenv.conformance.rlinf import command, leaves, same
 
 
 def small_config(suite: str, task_id: int, size: int, episode_length: int) -> Any:
@@ -225,16 +225,16 @@ def run(make_env: Any, env_cfg: Any, policy_parts: tuple, *, n_envs: int, batche
             def render_callback(vec: Any) -> None:
                 callback(vec)
                 frames = [sub.render() for sub in vec.envs[:videos]] if hasattr(vec, "envs") else list(vec.call("render"))[:videos]
-                trace.extend(_leaves(frames, f"video[{rollouts[0]}]"))
+                trace.extend(leaves(frames, f"video[{rollouts[0]}]"))
 
             kwargs["render_callback"] = render_callback
         reads.clear()
         out = inner(*args, **kwargs)
-        trace.extend(_leaves(out, f"rollout[{rollouts[0]}]"))
-        trace.extend(_leaves(list(reads), f"policy reads[{rollouts[0]}]"))
+        trace.extend(leaves(out, f"rollout[{rollouts[0]}]"))
+        trace.extend(leaves(list(reads), f"policy reads[{rollouts[0]}]"))
         counts["env steps"] += int(np.prod(out["action"].shape[:2]))
         counts["policy reads"] += len(reads)
-        trace.extend(_leaves(list(env.get_attr("init_state_id")), f"init_state_id[{rollouts[0]}]"))
+        trace.extend(leaves(list(env.get_attr("init_state_id")), f"init_state_id[{rollouts[0]}]"))
         rollouts[0] += 1
         return out
 
@@ -244,7 +244,7 @@ def run(make_env: Any, env_cfg: Any, policy_parts: tuple, *, n_envs: int, batche
         out = stock_env_pre(observation)
         if reads_all:
             kept = {k: v for k, v in out.items() if k.startswith("observation.") or k == "task"}
-            trace.extend(_leaves(kept, f"observation[{steps[0]}]"))
+            trace.extend(leaves(kept, f"observation[{steps[0]}]"))
         steps[0] += 1
         return out
 
@@ -281,9 +281,9 @@ def run(make_env: Any, env_cfg: Any, policy_parts: tuple, *, n_envs: int, batche
         seconds = time.perf_counter() - start
         for group in info["per_task"]:
             metrics = {k: v for k, v in group["metrics"].items() if k not in ("video_paths", "predicted_video_paths")}
-            trace.extend(_leaves(metrics, f"per_task[{group['task_group']}/{group['task_id']}]"))
+            trace.extend(leaves(metrics, f"per_task[{group['task_group']}/{group['task_id']}]"))
         overall = {k: v for k, v in info["overall"].items() if k not in ("eval_s", "eval_ep_s", "video_paths", "predicted_video_paths")}
-        trace.extend(_leaves(overall, "overall"))
+        trace.extend(leaves(overall, "overall"))
     finally:
         lerobot_eval.rollout = stock_rollout
         integration.observation_reader = stock_reader
@@ -323,7 +323,7 @@ def compare(*, suite: str = "libero_goal", task_id: int = 3, size: int = 32, epi
         if path_a != path_b:
             differences.append(f"{path_a}: LeRobot has it, fastenv has {path_b} there")
             break
-        if not _same(a, b):
+        if not same(a, b):
             differences.append(f"{path_a}: LeRobot {a!r:.120}, fastenv {b!r:.120}")
     seen = [v for p, v in ref if ".successes[" in p]
     return {

@@ -71,15 +71,14 @@ DEFAULT_MODE = (("hard_reset", False), ("fast_substep", True), ("chunk", 4))
 
 def tasks(suites: Sequence[str] | None = None) -> list[str]:
     """Every task of ``suites`` (default: all five) as "suite/id"."""
-    from fastenv.backends.libero import _libero
-    from fastenv.backends.libero.task import _without_task_order_line
+    from fastenv.backends.libero.task import import_libero, without_task_order_line
 
-    suites_by_name = _libero().benchmark.get_benchmark_dict()
+    suites_by_name = import_libero().benchmark.get_benchmark_dict()
     out = []
     for suite in suites or SUITES:
         if suite not in suites_by_name:
             raise ValueError(f"unknown LIBERO suite {suite!r}; available: {sorted(suites_by_name)}")
-        with _without_task_order_line():
+        with without_task_order_line():
             out += [f"{suite}/{i}" for i in range(suites_by_name[suite]().n_tasks)]
     return out
 
@@ -203,8 +202,9 @@ class _TaskRunner:
         "shared" (a ``SimEnv`` with every camera's RGB and depth built, on which single keys are
         selected), "shared_seg" (every camera's segmentation), or "default"/"stock" (``make_env``
         for that key set, as a user builds it)."""
-        from fastenv.backends.libero import DEFAULT_MODALITIES, LiberoAdapter, make_env
+        from fastenv.backends.libero import DEFAULT_MODALITIES, LiberoAdapter
         from fastenv.core import SimEnv
+        from fastenv.envs.libero import make_env
 
         if self._env_kind != kind:
             self._close_env()
@@ -239,9 +239,9 @@ class _TaskRunner:
         """LIBERO's own env in ``world`` (the one alive; another world closes it)."""
         if self._stock_world != world:
             self._close_stock()
-            from fastenv.backends.libero import _libero
+            from fastenv.backends.libero.task import import_libero
 
-            OffScreenRenderEnv = _libero().OffScreenRenderEnv
+            OffScreenRenderEnv = import_libero().OffScreenRenderEnv
 
             kwargs: dict[str, Any] = {}
             cameras = list(self.cameras())
@@ -261,10 +261,10 @@ class _TaskRunner:
             self._env, self._env_kind = None, ""
 
     def _close_stock(self) -> None:
-        from fastenv.backends.libero import _make_gl_current
+        from fastenv.backends.libero.adapter import make_gl_current
 
         if self._stock is not None:
-            _make_gl_current(self._stock.env)
+            make_gl_current(self._stock.env)
             self._stock.close()
             self._stock, self._stock_world = None, ""
 
@@ -294,7 +294,7 @@ class _TaskRunner:
 
     def _record(self, chunk: int, world: str) -> _Recording:
         """The stock env of ``world`` through the scenario, every step's observation kept."""
-        from fastenv.backends.libero import _make_gl_current
+        from fastenv.backends.libero.adapter import make_gl_current
         from fastenv.backends.libero.scene import PropertySamplers
 
         if (chunk, world) in self._recordings:
@@ -306,7 +306,7 @@ class _TaskRunner:
         actions = self._actions(chunk)
         c = 0
         for e, steps in enumerate(self._episodes(chunk)):
-            _make_gl_current(raw)
+            make_gl_current(raw)
             if e == 0:
                 env.seed(self.seed)  # numpy's global generator: LIBERO's own seeding
             samplers.before_reset(raw)
@@ -316,7 +316,7 @@ class _TaskRunner:
             taken: list[tuple[dict, float, bool]] = []
             while len(taken) < steps:
                 for action in actions[c][: steps - len(taken)]:
-                    _make_gl_current(raw)
+                    make_gl_current(raw)
                     obs, reward, done, _ = env.step(action)
                     taken.append((_copy(obs), float(reward), bool(done)))
                 c += 1

@@ -86,7 +86,10 @@ def apply_setting(raw: Any, control_freq: float, obs_rate: str, modifier: str) -
 
     Takes effect at the env's next reset, which starts every observable's timer.
     """
-    from robosuite.utils.observables import create_deterministic_corrupter, create_deterministic_delayer
+    from robosuite.utils.observables import (
+        create_deterministic_corrupter,
+        create_deterministic_delayer,
+    )
 
     rates = {"stock": None, "below": control_freq / 2, "equal": control_freq, "above": control_freq * 2, "mixed": None}
     if obs_rate not in rates:
@@ -155,9 +158,9 @@ class _RateRunner:
         self._user: Any = None
 
     def _build(self) -> tuple[Any, _StockSettings]:
-        from fastenv.backends.libero import _libero
+        from fastenv.backends.libero.task import import_libero
 
-        OffScreenRenderEnv = _libero().OffScreenRenderEnv
+        OffScreenRenderEnv = import_libero().OffScreenRenderEnv
 
         env = OffScreenRenderEnv(
             bddl_file_name=self.task.bddl_file, camera_names=["agentview"], camera_heights=CAMERA, camera_widths=CAMERA,
@@ -175,7 +178,7 @@ class _RateRunner:
     def _record(self, obs_rate: str, modifier: str) -> _Recording:
         """The stock env through both episodes, every step's observation kept (episode 2 a chunk longer
         than the case plays, for the chunk that crosses its end)."""
-        from fastenv.backends.libero import _make_gl_current
+        from fastenv.backends.libero.adapter import make_gl_current
         from fastenv.backends.libero.scene import PropertySamplers
 
         if (obs_rate, modifier) in self._recordings:
@@ -189,7 +192,7 @@ class _RateRunner:
         rec = _Recording()
         actions = iter(self._actions())
         for e, steps in enumerate((EPISODE_STEPS, SECOND_EPISODE_STEPS + max(CHUNKS))):
-            _make_gl_current(raw)
+            make_gl_current(raw)
             env.seed(self.seed + e)
             samplers.before_reset(raw)  # a fresh env's first reset, as fastenv's seeded reset is
             env.reset()
@@ -203,7 +206,7 @@ class _RateRunner:
         return rec
 
     def check(self, case: Case, cmp: Comparer) -> None:
-        import fastenv
+        from fastenv.wrappers import wrap
 
         obs_rate, modifier, chunk = case.option("obs_rate"), case.option("modifier"), case.option("chunk")
         rec = self._record(obs_rate, modifier)
@@ -211,7 +214,7 @@ class _RateRunner:
             self._user = self._build()
         user_env, settings = self._user
         settings.apply(self.control_freq, obs_rate, modifier)
-        env = fastenv.wrap(user_env, chunk=chunk)
+        env = wrap(user_env, chunk=chunk)
         try:
             actions = self._actions()
             a = 0
@@ -238,11 +241,11 @@ class _RateRunner:
             env.close()  # the user's env goes back as it came
 
     def close(self) -> None:
-        from fastenv.backends.libero import _make_gl_current
+        from fastenv.backends.libero.adapter import make_gl_current
 
         for built in (self._user, self._stock):
             if built is not None:
-                _make_gl_current(built[0].env)
+                make_gl_current(built[0].env)
                 built[0].close()
         self._user = self._stock = None
         self._recordings.clear()

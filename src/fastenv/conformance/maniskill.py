@@ -60,16 +60,16 @@ OVERLAY_CASES = ("SO100GraspCube-v1",)  # digital twins whose rgb is green-scree
 
 def tasks() -> list[str]:
     """Every task ManiSkill registers, sorted."""
-    from fastenv.backends.maniskill import _maniskill
+    from fastenv.backends.maniskill import maniskill_registry
 
-    return sorted(_maniskill())
+    return sorted(maniskill_registry())
 
 
 def cases(tasks: Sequence[str] | None = None) -> list[Case]:
     """Every case of ``tasks`` (default: every task ManiSkill registers), in a stable order."""
-    from fastenv.backends.maniskill import _maniskill
+    from fastenv.backends.maniskill import maniskill_registry
 
-    registered = _maniskill()
+    registered = maniskill_registry()
     if tasks is None:
         tasks = sorted(registered)
     else:
@@ -101,7 +101,7 @@ def check(case: Case, cmp: Comparer) -> None:
             raise ValueError(f"case {name} must be a positive int, got {value!r} ({case.id})")
     from fastenv.backends import maniskill as ms
 
-    registered = ms._maniskill()
+    registered = ms.maniskill_registry()
     if case.task not in registered:
         raise ValueError(f"unknown ManiSkill task {case.task!r} ({case.id})")
     try:
@@ -164,9 +164,9 @@ def _obs_mode(case: Case) -> str:
     """The task's obs mode for the case: "state", or "rgb" (else the task's mode with rgb in it)."""
     if case.keys == "state":
         return "state"
-    from fastenv.backends.maniskill import _maniskill
+    from fastenv.backends.maniskill import maniskill_registry
 
-    supported = list(getattr(_maniskill()[case.task].cls, "SUPPORTED_OBS_MODES", ()))
+    supported = list(getattr(maniskill_registry()[case.task].cls, "SUPPORTED_OBS_MODES", ()))
     if "rgb" in supported or "any_textures" in supported:
         return "rgb"
     with_rgb = [mode for mode in supported if "rgb" in mode.split("+")]
@@ -516,7 +516,6 @@ def _replay(case: Case, trace: list, keys: Sequence[str], stream_seed: int) -> s
 def _check_vector(case: Case, cmp: Comparer, chunk: int, n: int, rng: np.random.Generator) -> None:
     import gymnasium as gym
 
-    import fastenv  # noqa: F401  (registers fastenv/ManiSkill-v0)
     from fastenv.core.infos import row_info
 
     # Autoresets are unseeded: enhanced_determinism derives them from the last seed in both.

@@ -99,27 +99,27 @@ def make_cfg(case: str, **overrides: Any) -> Any:
     return OmegaConf.create({**BASE_CFG, **CASES[case], **overrides})
 
 
-def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     if hasattr(value, "detach"):  # a torch tensor
         value = value.detach().cpu().numpy()
     if isinstance(value, Mapping):
         for key in sorted(value, key=str):
-            yield from _leaves(value[key], f"{path}.{key}")
+            yield from leaves(value[key], f"{path}.{key}")
     elif isinstance(value, (list, tuple)):
         yield f"{path}#len", len(value)
         for i, item in enumerate(value):
-            yield from _leaves(item, f"{path}[{i}]")
+            yield from leaves(item, f"{path}[{i}]")
     elif isinstance(value, np.ndarray) and value.dtype == object:
         yield f"{path}#shape", value.shape
         for i, item in enumerate(value.ravel()):
-            yield from _leaves(item, f"{path}[{i}]")
+            yield from leaves(item, f"{path}[{i}]")
     elif isinstance(value, set):
         yield path, sorted(value)
     else:
         yield path, value
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         a, b = np.asarray(a), np.asarray(b)
         return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
@@ -139,8 +139,8 @@ def drive(env: Any, case: str, *, chunk: int, chunks: int, action_seed: int, fas
     trace: list[tuple[str, Any]] = []
 
     def record(tag: str, value: Any) -> None:
-        trace.extend(_leaves(value, tag))
-        trace.extend(_leaves({name: getattr(env, name) for name in STATE if hasattr(env, name)}, f"{tag}/state"))
+        trace.extend(leaves(value, tag))
+        trace.extend(leaves({name: getattr(env, name) for name in STATE if hasattr(env, name)}, f"{tag}/state"))
 
     record("reset", env.reset())
     for c in range(chunks):
@@ -339,7 +339,7 @@ def replay_worker(
     trace: list[tuple[str, Any]] = []
     try:
         worker._init_env()
-        trace.extend(_leaves(worker.last_obs_list, "init_obs"))
+        trace.extend(leaves(worker.last_obs_list, "init_obs"))
         rng = np.random.default_rng(0)
         from rlinf.scheduler.hardware.accelerators.accelerator import AcceleratorType
 
@@ -348,8 +348,8 @@ def replay_worker(
             for stage in range(stages):
                 actions = torch.from_numpy(rng.uniform(0, 1, size=(num_envs, chunk, 7)).astype(np.float32))
                 env_output, env_info = worker.env_interact_step(actions, stage)
-                trace.extend(_leaves(vars(env_output), f"chunk[{c}].stage[{stage}].output"))
-                trace.extend(_leaves(env_info, f"chunk[{c}].stage[{stage}].env_info"))
+                trace.extend(leaves(vars(env_output), f"chunk[{c}].stage[{stage}].output"))
+                trace.extend(leaves(env_info, f"chunk[{c}].stage[{stage}].env_info"))
         if video_dir is not None:
             facts["video frames"] = [len(env.render_images) for env in worker.env_list]
         worker.finish_rollout()
@@ -358,7 +358,7 @@ def replay_worker(
                 for future in getattr(env, "_save_futures", []):
                     future.result()
             facts["videos written"] = sorted(os.path.relpath(os.path.join(d, f), video_dir) for d, _, fs in os.walk(video_dir) for f in fs)
-        trace.extend(_leaves([env.reset_state_ids for env in envs], "next_reset_state_ids"))
+        trace.extend(leaves([env.reset_state_ids for env in envs], "next_reset_state_ids"))
     finally:
         for env in envs:
             env.env.close()  # RLinf's vector env, or fastenv's in its place
@@ -399,7 +399,7 @@ def _diff(result: Result, ref: list[tuple[str, Any]], out: list[tuple[str, Any]]
         if path_a != path_b:
             result.differences.append(f"{path_a}: {first} has it, {second} has {path_b} there")
             break
-        if not _same(a, b):
+        if not same(a, b):
             result.differences.append(f"{path_a}: {first} {a!r:.120}, {second} {b!r:.120}")
 
 

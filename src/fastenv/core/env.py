@@ -9,7 +9,17 @@ import gymnasium as gym
 import numpy as np
 
 from fastenv._validation import check_action, check_positive_int
-from fastenv.backends.base import KEEP, Info, ObsType, SimulatorAdapter, check_known_keys, headless_render_mode
+from fastenv.core.protocol import (
+    KEEP,
+    Info,
+    ObsType,
+    RendersAtRate,
+    ReportsFastPaths,
+    SharesWorld,
+    SimulatorAdapter,
+    check_known_keys,
+    headless_render_mode,
+)
 
 
 class SimEnv(gym.Env):
@@ -37,11 +47,14 @@ class SimEnv(gym.Env):
         self.action_space = adapter.action_space
         self.observation_space = adapter.observation_space
         self.render_mode = adapter.render_mode
-        base_metadata = getattr(getattr(adapter, "env", None), "metadata", {})
+        base_metadata = getattr(getattr(adapter, "env", None), "metadata", {})  # a wrapped Gymnasium env's (GymAdapter)
         self.metadata = {
             "render_modes": ["rgb_array"],
-            "render_fps": base_metadata.get("render_fps", getattr(adapter, "render_fps", 20)),
+            "render_fps": base_metadata.get("render_fps", adapter.render_fps if isinstance(adapter, RendersAtRate) else 20),
         }
+        # what the adapter can do beyond the protocol, asked once (steps_world_together is read every sub-step)
+        self._reports_fast_paths = isinstance(adapter, ReportsFastPaths)
+        self._shares_world = isinstance(adapter, SharesWorld)
         self.elapsed_steps = 0
         self._pending_obs: ObsType = None
         self._requests: dict[Hashable, tuple[str, ...]] = {}
@@ -96,8 +109,7 @@ class SimEnv(gym.Env):
             >>> env.fast_paths()  # a LIBERO env
             {'compiled control loop': True, 'compiled policy step': True, ...}
         """
-        paths = getattr(self.adapter, "fast_paths", None)
-        return dict(paths()) if callable(paths) else {}
+        return dict(self.adapter.fast_paths()) if self._reports_fast_paths else {}
 
     @property
     def shared_physics(self) -> bool:
@@ -122,7 +134,7 @@ class SimEnv(gym.Env):
         ``advance_world`` (one step of the world, for every env in it) and ``evaluate`` (this env's
         reward and termination), so a batch of envs advances the world once per sub-step.
         """
-        return self.shared_physics and callable(getattr(self.adapter, "advance_world", None))
+        return self._shares_world and self.shared_physics
 
     def prepare(self, action: Any) -> None:
         """Apply this env's action; the world advances later, once for all (``advance_world``)."""
@@ -142,6 +154,7 @@ class SimEnv(gym.Env):
 
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
         """Advance one action without an observation: (reward, terminated, truncated, info)."""
+        self._check_open()
         if self.steps_world_together:
             self.prepare(action)
             self.advance_world()
@@ -160,6 +173,7 @@ class SimEnv(gym.Env):
 
     def observe(self) -> ObsType:
         """The observation of the current state (the stock one when the last sub-step truncated)."""
+        self._check_open()
         if self._pending_obs is not None:
             obs, self._pending_obs = self._pending_obs, None
             return obs
@@ -169,6 +183,7 @@ class SimEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[ObsType, Info]:
+        self._check_open()
         super().reset(seed=seed)
         self._pending_obs = None
         obs, info = self.adapter.reset(seed=seed, options=options, rng=self.np_random)
@@ -176,6 +191,7 @@ class SimEnv(gym.Env):
         return obs, info
 
     def step(self, action: Any) -> tuple[ObsType, SupportsFloat, bool, bool, Info]:
+        self._check_open()
         action = check_action(action, self.action_space)
         self._pending_obs = None
         obs, reward, terminated, truncated, info = self.adapter.step(action)
@@ -192,6 +208,10 @@ class SimEnv(gym.Env):
         if not self._closed:
             self._closed = True
             self.adapter.close()
+
+    def _check_open(self) -> None:
+        if self._closed:  # (the adapter let its simulator go: it would fail on a None)
+            raise gym.error.ClosedEnvironmentError(f"{self!r} is closed: build a new env to step or reset again")
 
     def __repr__(self) -> str:
         return f"<SimEnv {type(self.adapter).__name__}>"

@@ -18,7 +18,11 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from fastenv.backends.maniskill.observations import _space_for, flatten_rgbd, maniskill_layout
+from fastenv.backends.maniskill.observations import (
+    flatten_rgbd,
+    maniskill_layout,
+    space_for,
+)
 from fastenv.core.arrays import tree_map
 
 
@@ -96,7 +100,7 @@ class FlattenRGBDObservationWrapper(VectorWrapper):
         self.include_rgb, self.include_depth = bool(rgb) and "rgb" in first, bool(depth) and "depth" in first
         self.include_state, self.sep_depth = bool(state), bool(sep_depth)
         sample = self._flatten(_zeros(space))
-        self.single_observation_space = spaces.Dict([(key, _space_for(value)) for key, value in sample.items()])
+        self.single_observation_space = spaces.Dict([(key, space_for(value)) for key, value in sample.items()])
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
 
     def _flatten(self, obs: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from gymnasium.vector import VectorEnv, VectorWrapper
 
 from fastenv.backends.maniskill.observations import maniskill_layout
 from fastenv.core.arrays import tree_map
+from fastenv.integrations._maniskill_configure import configure
 from fastenv.integrations._maniskill_flatten import flattened
 
 CAPTURED = ("render", "env_state", "episode_seed")  # info keys the workers add for the recorder
@@ -187,8 +188,6 @@ class RecordEpisode(VectorWrapper):
 
     # -- what the envs add to their infos ----------------------------------------------------------
     def _set_capture(self, frames: bool) -> None:
-        from fastenv.integrations.maniskill import configure
-
         capture = tuple(["render"] * frames + ["state"] * self.save_trajectory)
         if capture != self._capture:
             configure(self.env, capture=capture)

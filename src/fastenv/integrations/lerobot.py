@@ -56,10 +56,10 @@ def lerobot_version() -> tuple[int, ...]:
 
 def _adapter_for(task_suite: Any, task_id: int, camera_name: list[str], height: int, width: int, control_freq: float | None = None) -> Any:
     from fastenv.backends.libero import LiberoAdapter, LiberoTask
-    from fastenv.backends.libero.task import _libero
+    from fastenv.backends.libero.task import import_libero
 
     task = task_suite.get_task(task_id)
-    bddl = f"{_libero().get_libero_path('bddl_files')}/{task.problem_folder}/{task.bddl_file}"
+    bddl = f"{import_libero().get_libero_path('bddl_files')}/{task.problem_folder}/{task.bddl_file}"
     cameras = [key[: -len("_image")] for key in camera_name]
     keys = [f"{cam}_image" for cam in cameras] + list(STATE_KEYS)
     return LiberoAdapter(

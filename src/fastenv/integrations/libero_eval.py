@@ -124,9 +124,9 @@ def use_fastenv_env() -> None:
     """LIBERO's ``OffScreenRenderEnv`` is fastenv's for every script imported from now on."""
     import importlib
 
-    from fastenv.backends.libero.task import _libero, package
+    from fastenv.backends.libero.task import import_libero, package
 
-    _libero()  # LIBERO imported as fastenv imports it (its OpenGL platform chosen first)
+    import_libero()  # LIBERO imported as fastenv imports it (its OpenGL platform chosen first)
     name = package()
     # this module by its name, also when run as __main__
     canonical = importlib.import_module("fastenv.integrations.libero_eval")

@@ -27,10 +27,16 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._deps import require
-from fastenv.backends.maniskill import _VECTOR_OPTIONS
 from fastenv.backends.maniskill.observations import maniskill_layout
 from fastenv.core.arrays import put_rows, tree_map
-from fastenv.integrations._maniskill_flatten import FlattenActionSpaceWrapper, FlattenRGBDObservationWrapper, flattened
+from fastenv.integrations._maniskill_configure import configure
+from fastenv.integrations._maniskill_flatten import (
+    FlattenActionSpaceWrapper,
+    FlattenRGBDObservationWrapper,
+    flattened,
+)
+from fastenv.integrations._maniskill_record import RecordEpisode
+from fastenv.vector import VECTOR_OPTIONS
 
 torch = require("torch", "maniskill", "PyTorch")
 
@@ -253,35 +259,6 @@ class ManiSkillConventions(VectorEnv):
         self.env.close()
 
 
-def _set_in_worker(env: gym.Env, name: str, value: Any) -> None:
-    adapter = env.get_wrapper_attr("adapter")
-    if name == "capture":
-        adapter.set_capture(value)
-    else:
-        adapter.ignore_terminations = bool(value)
-
-
-def configure(env: VectorEnv, **settings: Any) -> None:
-    """Set what ManiSkill's wrappers decide after ``gym.make`` on every env of a fastenv ManiSkill vector env.
-
-    ``ignore_terminations`` (``ManiSkillVectorEnv``'s option) and ``capture`` (what
-    ``RecordEpisode`` needs in the infos: "render", "state"); before the first reset.
-    """
-    raw = env.unwrapped
-    for name, value in settings.items():
-        if name not in ("ignore_terminations", "capture"):
-            raise TypeError(f"configure() takes ignore_terminations and capture, got {name!r}")
-        if hasattr(raw, "sim"):  # the batched env, in this process
-            if name == "capture":
-                raw.sim.set_capture(value)
-            else:
-                raw.sim.ignore_terminations = bool(value)
-        elif hasattr(raw, "apply"):  # CPU envs in fastenv's workers
-            raw.apply(_set_in_worker, name, value)
-        else:
-            raise TypeError(f"expected a fastenv ManiSkill vector env (from fastenv.integrations.maniskill.make), got {type(raw).__name__}")
-
-
 _warned_cuda = False
 
 
@@ -299,7 +276,7 @@ def make(env_id: str, num_envs: int = 1, **options: Any) -> VectorEnv:
         >>> envs = ManiSkillVectorEnv(make("PickCube-v1", num_envs=8, num_workers=2), 8, record_metrics=True)
     """
     global _warned_cuda
-    from fastenv.backends.maniskill import _maniskill
+    from fastenv.backends.maniskill import maniskill_registry
 
     asked = dict(options)
     if "cuda" in str(options.get("sim_backend", "")) and not torch.cuda.is_available():
@@ -317,8 +294,8 @@ def make(env_id: str, num_envs: int = 1, **options: Any) -> VectorEnv:
     # what ManiSkill's gym.make records (RecordEpisode's env_info): the task's registered arguments, then
     # the script's in its order; a CUDA sim_backend replaced above as the CPU one that ran, so that the
     # file rebuilds these envs on this machine
-    spec = _maniskill()[env_id]
-    env_kwargs = {k: v for k, v in asked.items() if k not in _VECTOR_OPTIONS and k != "max_episode_steps"}
+    spec = maniskill_registry()[env_id]
+    env_kwargs = {k: v for k, v in asked.items() if k not in VECTOR_OPTIONS and k != "max_episode_steps"}
     if "sim_backend" in env_kwargs and "sim_backend" not in options:
         env_kwargs["sim_backend"] = "physx_cpu"
     envs.maniskill_spec = {
@@ -387,8 +364,6 @@ def make_vec(
     envs = make(env_id, num_envs, obs_mode=obs_mode, **options)
     return ManiSkillVectorEnv(envs, num_envs, ignore_terminations=ignore_terminations, record_metrics=record_metrics, device=device)
 
-
-from fastenv.integrations._maniskill_record import RecordEpisode  # noqa: E402  (it builds on the above)
 
 __all__ = [
     "FlattenActionSpaceWrapper", "FlattenRGBDObservationWrapper", "ManiSkillConventions", "ManiSkillVectorEnv", "RecordEpisode",

@@ -22,6 +22,7 @@ Importing this module needs ``pip install -e ".[sb3]"``.
 
 from __future__ import annotations
 
+import operator
 import sys
 import time
 import warnings
@@ -33,6 +34,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fastenv._deps import require
+from fastenv._validation import BatchTypeError
 from fastenv.core.infos import STEP_KEYS, row_info
 
 require("stable_baselines3", "sb3", "Stable-Baselines3")
@@ -47,7 +49,11 @@ from stable_baselines3.common.type_aliases import (  # noqa: E402
 )
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize  # noqa: E402
 from stable_baselines3.common.vec_env import VecMonitor as _SB3VecMonitor  # noqa: E402
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn  # noqa: E402
+from stable_baselines3.common.vec_env.base_vec_env import (  # noqa: E402
+    VecEnvIndices,
+    VecEnvObs,
+    VecEnvStepReturn,
+)
 
 RESTART_KEY = "worker_restarted"
 _FIX = (
@@ -113,6 +119,52 @@ def _buffer_being_filled() -> Any:
     return None
 
 
+def _is_batch(value: Any, space: spaces.Space, count: int) -> bool:
+    """Whether ``value`` is shaped as a batch of ``count`` actions of ``space`` (not checked further)."""
+    if isinstance(space, spaces.Dict):
+        return isinstance(value, Mapping)
+    if isinstance(space, spaces.Tuple):
+        return (
+            isinstance(value, (tuple, list))
+            and len(value) == len(space.spaces)
+            and all(_is_batch(v, sub, count) for v, sub in zip(value, space.spaces))
+        )
+    shape = getattr(value, "shape", None)  # (a tensor too)
+    if shape is None:
+        try:
+            shape = np.shape(value)
+        except (ValueError, TypeError):  # ragged: one env's tuple of actions, say
+            return False
+    return tuple(shape) == (count, *space.shape)
+
+
+def _per_env_actions(actions: Any, space: spaces.Dict | spaces.Tuple, count: int) -> bool:
+    """Whether ``actions`` for a Dict / Tuple ``space`` are one action per env (SB3's VecEnvs index
+    them by env) rather than Gymnasium's batch (a dict / tuple of batches, which wins where both fit)."""
+    if isinstance(actions, np.ndarray) and actions.dtype == object and actions.ndim == 1:
+        return True
+    if not isinstance(actions, (list, tuple)) or _is_batch(actions, space, count):
+        return False
+    single = Mapping if isinstance(space, spaces.Dict) else (tuple, list)
+    return len(actions) > 0 and all(isinstance(action, single) for action in actions)
+
+
+def _stack_actions(actions: Sequence[Any], space: spaces.Space, where: str = "actions") -> Any:
+    """One action per env, as the batch a Gymnasium vector env takes (each leaf stacked, in the
+    caller's dtype: the envs get their actions as SB3's DummyVecEnv hands them on)."""
+    if isinstance(space, spaces.Dict):
+        for i, action in enumerate(actions):
+            if not isinstance(action, Mapping) or any(key not in action for key in space.spaces):
+                raise BatchTypeError(f"{where}[{i}] must be a dict with the keys {list(space.spaces)}, got {action!r}")
+        return {key: _stack_actions([a[key] for a in actions], sub, f"{where}[...][{key!r}]") for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        for i, action in enumerate(actions):
+            if not isinstance(action, (tuple, list)) or len(action) != len(space.spaces):
+                raise BatchTypeError(f"{where}[{i}] must be a tuple of {len(space.spaces)} actions, got {action!r}")
+        return tuple(_stack_actions([a[j] for a in actions], sub, f"{where}[...][{j}]") for j, sub in enumerate(space.spaces))
+    return np.stack([np.asarray(action) for action in actions])
+
+
 class SB3VecEnv(VecEnv):
     """A Gymnasium vector env (SAME_STEP autoreset, e.g. ``PipelineVectorEnv``) as an SB3 ``VecEnv``.
 
@@ -138,6 +190,8 @@ class SB3VecEnv(VecEnv):
             raise ValueError(f"SB3VecEnv needs a vector env with SAME_STEP autoreset, got {mode}")
         self.vector_env = vector_env
         self._actions: np.ndarray | None = None
+        space = vector_env.single_action_space
+        self._structured = space if isinstance(space, (spaces.Dict, spaces.Tuple)) else None  # per-env actions get batched
         self._warned_restart = False
         super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
 
@@ -166,6 +220,12 @@ class SB3VecEnv(VecEnv):
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
+        """Actions: a batch (an array; a dict / tuple of batches for a Dict / Tuple space), or, as
+        SB3's DummyVecEnv and SubprocVecEnv take them, a list of ``num_envs`` per-env actions."""
+        if self._structured is not None and _per_env_actions(actions, self._structured, self.num_envs):
+            if len(actions) != self.num_envs:
+                raise BatchTypeError(f"actions must hold one action per env ({self.num_envs}), got {len(actions)}")
+            actions = _stack_actions(actions, self._structured)
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -209,7 +269,14 @@ class SB3VecEnv(VecEnv):
 
     # -- attributes and methods -----------------------------------------------------------------
     def _ids(self, indices: VecEnvIndices) -> list[int]:
-        return list(self._get_indices(indices))
+        """``indices`` as env ids; negative ones count from the end, as SB3's own VecEnvs index their envs."""
+        ids = []
+        for index in self._get_indices(indices):
+            index = operator.index(index)
+            if not -self.num_envs <= index < self.num_envs:
+                raise IndexError(f"env index {index} is out of range for {self.num_envs} envs")
+            ids.append(index % self.num_envs)
+        return ids
 
     def _call(self, indices: VecEnvIndices, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         ids = self._ids(indices)
@@ -225,7 +292,15 @@ class SB3VecEnv(VecEnv):
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         ids = self._ids(indices)
-        current = list(self.vector_env.get_attr(attr_name)) if ids != list(range(self.num_envs)) else [None] * self.num_envs
+        if sorted(ids) == list(range(self.num_envs)):
+            self.vector_env.set_attr(attr_name, [value] * self.num_envs)
+            return
+        if getattr(self.vector_env, "call_at", None) is not None:  # fastenv's: only the envs asked for
+            self.vector_env.call_at(ids, "set_wrapper_attr", attr_name, value)
+            return
+        # Gymnasium's vector envs set every env: the others get their own values back (so the
+        # attribute must exist on them already).
+        current = list(self.vector_env.get_attr(attr_name))
         for i in ids:
             current[i] = value
         self.vector_env.set_attr(attr_name, current)

@@ -20,12 +20,14 @@ The result is a ``Plan``: the layout, its measured throughput and the default la
 bounds it (``bound``) and why, and every trial; it saves to JSON, and
 ``PipelineVectorEnv(..., layout=plan)`` or ``gym.make_vec(..., layout="plan.json")`` runs it.
 
-A concern per module: ``space`` (the layouts), ``model`` (their predicted throughput), ``plan``
-(plans and their JSON), ``trials`` (measuring a layout on live workers), ``search`` (``tune``,
-``grid``, and ``plan_for``: the plan for a vector env's ``layout`` argument).
+A concern per module: ``space`` (the layouts), ``model`` (their predicted throughput), ``trials``
+(measuring a layout on live workers), ``search`` (``tune``, ``grid``, and ``plan_for``: the plan for
+a vector env's ``layout`` argument). Plans and their JSON are ``fastenv.vector.plan``'s: the vector
+env reads them.
 
-The vector env runs plans and does not import this package: importing it installs ``plan_for``
-as the vector env's layout resolver, so ``PipelineVectorEnv(..., layout="auto")`` tunes first.
+The vector env runs plans and does not import this package: ``plan_for`` is the layout resolver
+it is given to tune first, ``PipelineVectorEnv(..., layout="auto", layout_resolver=plan_for)``
+(``gym.make_vec(..., layout="auto")`` passes it).
 
 Examples:
     >>> plan = fastenv.tune(lambda: gym.make("CartPole-v1"), num_envs=8)
@@ -35,9 +37,6 @@ Examples:
 
 from __future__ import annotations
 
-import math  # noqa: F401  (re-exported: its name here before the split)
-
-from fastenv import machine  # noqa: F401  (re-exported: its name here before the split)
 from fastenv.tuning.model import (
     BOUNDS,
     CostModel,
@@ -45,7 +44,7 @@ from fastenv.tuning.model import (
     Prediction,
     expected_max_binomial,
 )
-from fastenv.tuning.plan import DEFAULT_SPIN_WAIT, PLAN_FORMAT, Plan, resolve_layout
+from fastenv.vector.plan import DEFAULT_SPIN_WAIT, PLAN_FORMAT, Plan, resolve_layout
 from fastenv.tuning.search import (
     TIE,
     choose_trials,
@@ -60,14 +59,10 @@ from fastenv.tuning.trials import (
     CostPolicy,
     Trial,
     TrialRunner,
-    _as_policy,  # noqa: F401  (re-exported for the tests)
     drive,
     measure_policy,
     spin_wait_for,
 )
-from fastenv.vector.pipeline import set_layout_resolver
-
-set_layout_resolver(plan_for)
 
 __all__ = [
     "BOUNDS",

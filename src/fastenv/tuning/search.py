@@ -13,9 +13,10 @@ from typing import Any
 from fastenv import machine
 from fastenv._validation import check_positive_int
 from fastenv.tuning.model import BOUNDS, CostModel, Costs
-from fastenv.tuning.plan import Plan, resolve_layout
+from fastenv.vector.plan import Plan
 from fastenv.tuning.space import Candidate, default_candidate, search_space
 from fastenv.tuning.trials import Trial, TrialRunner, spin_wait_for
+from fastenv.vector.plan import read_plan
 
 
 # -- the calibration -------------------------------------------------------------------------------
@@ -297,25 +298,23 @@ def plan_for(
     """The plan a ``PipelineVectorEnv`` of ``env_fns`` runs for its ``layout`` argument.
 
     ``"auto"`` tunes one now (``tune`` with ``tune_options``, its trials' workers started with
-    ``context``); a ``Plan``, its dict or the path of its JSON is loaded (``resolve_layout``).
-    Either way the plan must be for ``len(env_fns)`` envs. The vector env calls this for any
-    ``layout`` it is given (``fastenv.vector.pipeline.set_layout_resolver``).
+    ``context``); a ``Plan``, its dict or the path of its JSON is loaded (``read_plan``).
+    Either way the plan must be for ``len(env_fns)`` envs. A vector env built with
+    ``layout_resolver=plan_for`` calls this for any ``layout`` it is given.
 
     Examples:
-        >>> plan = plan_for([make_env] * 8, "plan.json")
-        >>> envs = PipelineVectorEnv([make_env] * 8, layout=plan)
+        >>> envs = PipelineVectorEnv([make_env] * 8, layout="auto", layout_resolver=plan_for)
     """
     env_fns = list(env_fns)
     if isinstance(layout, str) and layout == "auto":
         options = {"vector_options": {"context": context}, **dict(tune_options or {})}
         plan = tune(env_fns, **options)
-    else:
-        if tune_options is not None:
-            raise ValueError("tune_options are for layout='auto'")
-        plan = resolve_layout(layout)
-    if plan.num_envs != len(env_fns):
-        raise ValueError(f"the layout plan is for num_envs={plan.num_envs}, got {len(env_fns)} env constructors")
-    return plan
+        if plan.num_envs != len(env_fns):
+            raise ValueError(f"the layout plan is for num_envs={plan.num_envs}, got {len(env_fns)} env constructors")
+        return plan
+    if tune_options is not None:
+        raise ValueError("tune_options are for layout='auto'")
+    return read_plan(layout, len(env_fns))
 
 
 class _Quiet:

@@ -3,37 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from fastenv._validation import check_positive_int
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One layout of N envs: W workers, S stages or dynamic batching (B, T), threads per worker."""
-
-    num_workers: int
-    pipeline_stages: int = 1
-    max_batch: int | None = None  # dynamic batching when set (then pipeline_stages is 1)
-    timeout: float | None = None
-    threads_per_worker: int = 1
-
-    @property
-    def mode(self) -> str:
-        """"step" (all envs at once), "pipeline" (S stages) or "dynamic" (batching as envs get ready)."""
-        if self.max_batch is not None:
-            return "dynamic"
-        return "pipeline" if self.pipeline_stages > 1 else "step"
-
-    @property
-    def label(self) -> str:
-        if self.mode == "dynamic":
-            how = f"dynamic B={self.max_batch} T={self.timeout * 1000:g}ms"
-        elif self.mode == "pipeline":
-            how = f"{self.pipeline_stages} stages"
-        else:
-            how = "step"
-        return f"W={self.num_workers} {how} threads={self.threads_per_worker}"
+from fastenv.vector.plan import Candidate  # its home: the vector env reads plans of it
 
 
 def divisors(n: int) -> list[int]:

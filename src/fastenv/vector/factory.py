@@ -3,39 +3,29 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
 from fastenv._validation import check_positive_int
-from fastenv.vector.pipeline import PipelineVectorEnv
+from fastenv.vector.pipeline import LayoutResolver, PipelineVectorEnv
 
-VECTOR_OPTIONS = (
-    "num_workers",
-    "pipeline_stages",
-    "step_timeout",
-    "startup_timeout",
-    "threads_per_worker",
-    "max_restarts",
-    "spin_wait",
-    "info_format",
-    "context",
-    "backend",
-    "ray_options",
-    "profile",
-    "layout",
-    "tune_options",
-    "progress",
-    "render_devices",
+# The keyword arguments that are the vector env's, not the env's: read from its signature.
+VECTOR_OPTIONS: tuple[str, ...] = tuple(
+    name for name in inspect.signature(PipelineVectorEnv.__init__).parameters if name not in ("self", "env_fns")
 )
 
 
-def make_pipeline(make_env: Callable[..., gym.Env], num_envs: int, **kwargs: Any) -> PipelineVectorEnv:
+def make_pipeline(
+    make_env: Callable[..., gym.Env], num_envs: int, *, layout_resolver: LayoutResolver | None = None, **kwargs: Any
+) -> PipelineVectorEnv:
     """N copies of ``make_env(**env_kwargs)`` in a PipelineVectorEnv.
 
     ``kwargs`` holds both the vector options (``num_workers``, ``pipeline_stages``, ...) and the
-    env's own keyword arguments; each worker calls ``make_env`` itself.
+    env's own keyword arguments; each worker calls ``make_env`` itself. ``layout_resolver`` turns
+    ``layout`` into a plan (``fastenv.tuning.plan_for`` tunes for ``layout="auto"``).
 
     Examples:
         >>> envs = make_pipeline(make_libero_env, 4, num_workers=2, chunk=8)
@@ -43,4 +33,4 @@ def make_pipeline(make_env: Callable[..., gym.Env], num_envs: int, **kwargs: Any
     num_envs = check_positive_int("num_envs", num_envs)
     vector = {key: kwargs.pop(key) for key in VECTOR_OPTIONS if key in kwargs}
     fn = functools.partial(make_env, **kwargs)
-    return PipelineVectorEnv([fn] * num_envs, **vector)
+    return PipelineVectorEnv([fn] * num_envs, layout_resolver=layout_resolver, **vector)

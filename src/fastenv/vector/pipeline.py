@@ -1,7 +1,8 @@
 """PipelineVectorEnv: envs across worker processes, stepped whole, by pipeline stage, or as they get ready.
 
-The vector env's API and set-up are here; its talk with the workers (commands, replies, restarts)
-is ``dispatch``'s and the results it hands back ``results``', both mixed into the class.
+The vector env checks the caller's arguments and hands the work to the parts it holds: its
+``WorkerPool`` (``pool``: the workers, their commands and replies, and the arrays they write) and
+its ``ResultReader`` (``results``: what a step or a recv returns).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,39 +19,29 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
 from fastenv import machine
-from fastenv._validation import batch_action_checker, check_positive_int
-from fastenv.core.arrays import put_rows, take_rows
+from fastenv._validation import BatchTypeError, batch_action_checker, check_positive_int
 from fastenv.core.infos import add_info
 from fastenv.vector import profiling, shutdown
 from fastenv.vector import worker as w
 from fastenv.vector.devices import worker_environments
-from fastenv.vector.dispatch import (
-    _EMPTY,
-    IDLE,
-    PENDING,  # noqa: F401  (re-exported: its home before)
-    READY,  # noqa: F401  (re-exported: its home before)
-    Restart,
-    _Command,
-    _EnvState,
-    _WorkerDispatch,
+from fastenv.vector.errors import (
+    AlreadyPendingCallError,
+    ClosedEnvironmentError,
+    NoAsyncCallError,
 )
 from fastenv.vector.layout import Layout
-from fastenv.vector.progress import BuildProgress
-from fastenv.vector.results import _Results
-from fastenv.vector.shared import holds_exactly, leaf_items, leaf_specs
-from fastenv.vector.transport import ProcessTransport, Transport, Worker, WorkerError
+from fastenv.vector.plan import Plan, read_plan
+from fastenv.vector.pool import EnvStatus, WorkerPool
+from fastenv.vector.results import ResultReader
+from fastenv.vector.shared import holds_exactly, leaf_items, leaf_specs, unsupported_leaf
+from fastenv.vector.transport import ProcessTransport, Transport
 
-# What turns a vector env's ``layout`` argument ("auto", a plan, its dict or its JSON's path) into
-# the plan it runs: ``resolver(env_fns, layout, tune_options, context=...)``. The tuner, which
-# builds vector envs to measure layouts, installs its own when imported (``import fastenv``
-# does): the vector env runs plans without depending on what makes them.
-_layout_resolver: Callable[..., Any] | None = None
+# Turns a vector env's ``layout`` argument ("auto", a plan, its dict or its JSON's path) and its
+# ``tune_options`` into the plan it runs: ``resolver(env_fns, layout, tune_options, context=...)``
+# (``fastenv.tuning.plan_for``, which tunes for "auto").
+LayoutResolver = Callable[..., Plan]
 
-
-def set_layout_resolver(resolver: Callable[..., Any]) -> None:
-    """Install what resolves ``PipelineVectorEnv(..., layout=...)`` into a plan (see ``_layout_resolver``)."""
-    global _layout_resolver
-    _layout_resolver = resolver
+_CLOSED = "this vector env is closed"
 
 
 def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
@@ -61,7 +51,7 @@ def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
     return max(d for d in range(1, per_stage + 1) if per_stage % d == 0 and d <= cpus)
 
 
-class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
+class PipelineVectorEnv(VectorEnv):
     """A vector env over worker processes, with pipeline stages and dynamic batching.
 
     Each worker holds several envs; stage k is the slice ``[k*N/S, (k+1)*N/S)`` and env i lives on
@@ -77,6 +67,9 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
     where SyncVectorEnv would pass a Python int. When an env raises, ``step``/``recv`` raise
     ``WorkerError`` carrying the results of the envs that did step (``.results``, rows where
     ``.valid``); the envs without one (``.failed_env_ids``) must be reset before they step again.
+    Misuse raises Gymnasium's errors (each also a ``RuntimeError``): ``AlreadyPendingCallError``
+    for a send or reset to envs with actions in flight, ``NoAsyncCallError`` for a recv of envs
+    sent nothing, ``ClosedEnvironmentError`` for any use after ``close()``.
 
     Args:
         env_fns: constructors of the N envs (run inside the workers, never forked).
@@ -103,17 +96,21 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         progress: a line on stderr while the workers build their envs: None shows it once the
             build has taken 2 s, True at once, False never.
         layout: a layout plan (``fastenv.Plan``, its dict, or the path of its JSON from
-            ``fastenv tune --out``), or "auto" to tune one now (``fastenv.tune`` with
-            ``tune_options``: ``policy`` or ``policy_cost``, ``max_trials``...). The plan sets
-            num_workers, pipeline_stages, threads_per_worker and spin_wait, and ``recv``'s
-            default ``max_batch``/``timeout`` when it batches dynamically; ``self.plan`` keeps it.
-            Whatever is given is resolved by the layout resolver (``set_layout_resolver``).
-        tune_options: keyword arguments of ``fastenv.tune`` for ``layout="auto"``.
+            ``fastenv tune --out``), or "auto" to tune one now (with ``layout_resolver``). The
+            plan sets num_workers, pipeline_stages, threads_per_worker and spin_wait, and
+            ``recv``'s default ``max_batch``/``timeout`` when it batches dynamically;
+            ``self.plan`` keeps it.
+        tune_options: keyword arguments of ``fastenv.tune`` for ``layout="auto"`` (``policy``
+            or ``policy_cost``, ``max_trials``...).
         render_devices: the GPUs the workers render on: None (each inherits this process's
             environment), "auto" (the visible GPUs: ``CUDA_VISIBLE_DEVICES``'s, else the machine's)
             or a list of GPU ids; worker w gets ``devices[w % len(devices)]`` as its
             ``CUDA_VISIBLE_DEVICES`` and ``MUJOCO_EGL_DEVICE_ID`` (local workers; with Ray, its
             ``num_gpus`` assigns GPUs).
+        layout_resolver: what turns ``layout`` and ``tune_options`` into the plan run,
+            ``resolver(env_fns, layout, tune_options, context=...)``: ``fastenv.tuning.plan_for``
+            tunes for ``layout="auto"`` (``gym.make_vec`` passes it). None reads a plan, its dict
+            or its JSON, and refuses "auto".
 
     Examples:
         >>> envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2, pipeline_stages=2)
@@ -139,10 +136,11 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         tune_options: Mapping[str, Any] | None = None,
         progress: bool | None = None,
         render_devices: Any = None,
+        layout_resolver: LayoutResolver | None = None,
     ) -> None:
-        w.check_not_bootstrapping()  # a worker re-running the user's script must not build workers
-        self.closed = True  # until the workers are up, close() has nothing to do
+        self._pool: WorkerPool | None = None  # closed until the workers are up: close() has nothing to do
         self._clock: profiling.MainClock | None = None
+        w.check_not_bootstrapping()  # a worker re-running the user's script must not build workers
         env_fns = list(env_fns)
         if not env_fns:
             raise ValueError("env_fns must hold at least one env constructor, got an empty sequence")
@@ -151,7 +149,7 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         if render_devices is not None and backend == "ray":
             raise ValueError("render_devices is for local workers; with backend='ray' give ray_options={'num_gpus': ...}")
         worker_environments(render_devices, 1)  # a GPU id that is not visible fails here, before tuning or any worker
-        self.plan = self._resolve_plan(layout, tune_options, env_fns, num_workers, pipeline_stages, context)
+        self.plan = _resolve_plan(layout, tune_options, layout_resolver, env_fns, num_workers, pipeline_stages, context)
         if self.plan is not None:
             num_workers, pipeline_stages = self.plan.num_workers, self.plan.pipeline_stages
             threads_per_worker, spin_wait = self.plan.threads_per_worker, self.plan.spin_wait
@@ -160,64 +158,44 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             raise ValueError("context='fork' is refused: EGL/OpenGL contexts do not survive fork; use 'spawn' or 'forkserver'")
         if num_workers is None:
             num_workers = default_num_workers(len(env_fns), pipeline_stages)
-        self.layout = Layout(len(env_fns), num_workers, pipeline_stages)
+        layout_ = Layout(len(env_fns), num_workers, pipeline_stages)
         if not step_timeout > 0 or not startup_timeout > 0:
             raise ValueError(f"timeouts must be > 0, got step_timeout={step_timeout}, startup_timeout={startup_timeout}")
         if threads_per_worker is not None:
             check_positive_int("threads_per_worker", threads_per_worker)
-        self.step_timeout = float(step_timeout)
-        self.startup_timeout = float(startup_timeout)
-        self.threads_per_worker = threads_per_worker
-        self.max_restarts = int(max_restarts)
         if spin_wait < 0:
             raise ValueError(f"spin_wait must be >= 0 seconds, got {spin_wait}")
-        self.spin_wait = float(spin_wait)
         if info_format not in ("gymnasium", "per_env"):
             raise ValueError(f"info_format must be 'gymnasium' or 'per_env', got {info_format!r}")
-        self.info_format = info_format
-        self.worker_environments = worker_environments(render_devices, self.layout.num_workers)
+        self.threads_per_worker = threads_per_worker
+        self.worker_environments = worker_environments(render_devices, layout_.num_workers)
         if backend == "local":
             if ray_options is not None:
                 raise ValueError("ray_options are for backend='ray'")
-            self._transport: Transport = ProcessTransport(
-                mp.get_context(context), pipeline_stages, threads_per_worker, self.spin_wait, self.worker_environments
+            transport: Transport = ProcessTransport(
+                mp.get_context(context), layout_.num_stages, threads_per_worker, float(spin_wait), self.worker_environments
             )
         elif backend == "ray":
             from fastenv.vector.ray_backend import RayTransport
 
-            self._transport = RayTransport(dict(ray_options or {}), self.layout.num_workers, pipeline_stages, threads_per_worker)
+            transport = RayTransport(dict(ray_options or {}), layout_.num_workers, layout_.num_stages, threads_per_worker)
         else:
             raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
         self.backend = backend
-        self._env_fns = env_fns
-        self.num_envs = self.layout.num_envs
-        self.num_workers = self.layout.num_workers
-        self.pipeline_stages = self.layout.num_stages
-
-        self._envs = [_EnvState() for _ in range(self.num_envs)]
-        self._busy_envs = 0  # envs not idle (sent, or arrived and not yet received): the hot path checks this
-        self._fresh: set[int] = set()  # envs of a replaced worker, to be reset by their next step or reset()
-        self._ready_queue: deque[int] = deque()  # envs sent with env_ids whose results arrived, in order
-        self._failed: set[int] = set()  # envs that lost their state in a worker error: reset before stepping
-        self._commands: dict[int, _Command] = {}
-        self._next_cmd = 0
-        self._seed_base: int | None = None
-        self._workers = [Worker(i, self.layout.worker_envs(i)) for i in range(self.num_workers)]
-        self._all_ids = np.arange(self.num_envs)
-        self._cache_groups()
-        self.closed = False
+        self.num_envs = layout_.num_envs
+        self._info_format = info_format
+        self._pool = WorkerPool(
+            env_fns,
+            layout_,
+            transport,
+            step_timeout=float(step_timeout),
+            startup_timeout=float(startup_timeout),
+            max_restarts=int(max_restarts),
+            spin_wait=float(spin_wait),
+        )
         shutdown.watch(self)  # SIGTERM and exit close the workers as Ctrl-C does
         try:
-            descriptions = []
-            with BuildProgress(self.num_envs, self.num_workers, enabled=progress) as building:
-                for worker in self._workers:
-                    self._spawn(worker)
-                for worker in self._workers:
-                    descriptions.append(self._await_ready(worker))
-                    building.ready()
-            self._setup_spaces(descriptions)
-            for worker in self._workers:
-                self._attach(worker)
+            self._setup_spaces(self._pool.start(progress))
             if profile:
                 self.start_profile()
         except BaseException:
@@ -225,31 +203,6 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
             raise
 
     # -- set-up ---------------------------------------------------------------------------------
-    @staticmethod
-    def _resolve_plan(layout: Any, tune_options: Mapping[str, Any] | None, env_fns: list, num_workers: Any, stages: Any, context: str) -> Any:
-        if layout is None:
-            if tune_options is not None:
-                raise ValueError("tune_options are for layout='auto'")
-            return None
-        if num_workers is not None or stages is not None:
-            raise ValueError(
-                f"layout sets num_workers and pipeline_stages; give a layout or those, not both "
-                f"(got num_workers={num_workers}, pipeline_stages={stages})"
-            )
-        if _layout_resolver is None:
-            raise RuntimeError("no layout resolver is installed: `import fastenv` installs the tuner's (fastenv.tune)")
-        return _layout_resolver(env_fns, layout, tune_options, context=context)
-
-    def _spawn(self, worker: Worker) -> None:
-        self._transport.start(worker, [self._env_fns[i] for i in worker.env_ids])
-        worker.deadline = time.monotonic() + self.startup_timeout
-
-    def _await_ready(self, worker: Worker) -> dict[str, Any]:
-        description = self._transport.ready(worker, self.startup_timeout)
-        worker.pid = description.get("pid")
-        worker.deadline = float("inf")
-        return description
-
     def _setup_spaces(self, descriptions: list[dict[str, Any]]) -> None:
         first = descriptions[0]
         for i, d in enumerate(descriptions[1:], 1):
@@ -257,6 +210,17 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
                 raise ValueError(
                     f"worker {i}'s envs have spaces {d['observation_space']} / {d['action_space']}, "
                     f"worker 0's {first['observation_space']} / {first['action_space']}: all envs must match"
+                )
+        for what in ("observation_space", "action_space"):
+            # Refused here, before any array is laid out (as AsyncVectorEnv(shared_memory=True)
+            # refuses a custom space); the caller's except closes the workers.
+            leaf = unsupported_leaf(first[what])
+            if leaf is not None:
+                inside = "" if leaf is first[what] else f" (in {first[what]})"
+                raise ValueError(
+                    f"the envs' {what} holds {leaf!r}{inside}, a {type(leaf).__name__}: fastenv's shared memory "
+                    "holds only Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple spaces (one fixed-shape "
+                    "array per leaf); give the envs such a space (e.g. encode the values in a Box)"
                 )
         self.single_observation_space = first["observation_space"]
         self.single_action_space = first["action_space"]
@@ -267,52 +231,95 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         self.spec = first["spec"]
         self.shared_physics = first["shared_physics"]
         self.physics_scaled = first["physics_scaled"]
-        arrays = self._transport.arrays(w.array_specs(self.single_observation_space, self.single_action_space), self.num_envs)
-        (self._obs, self._final_obs, self._actions, self._rewards, self._terminations, self._truncations) = w.buffers(
-            arrays, self.single_observation_space, self.single_action_space
-        )
-        self._last_obs = take_rows(self._obs, slice(None))  # what the caller last saw, per env
+        self._pool.open_arrays(self.single_observation_space, self.single_action_space)
+        self._results = ResultReader(self._pool, self._info_format, self.single_observation_space)
         specs = leaf_specs(self.single_action_space, "actions")
-        self._action_leaves = {path: arrays[path] for path, _, _ in specs}  # in their wide dtypes
         self._action_dtypes = {path: dtype for path, _, dtype in specs}
         self._action_dtype = specs[0][2] if specs[0][0] == "actions" else None  # a space of one leaf
         self._check_actions = batch_action_checker(self.single_action_space)
 
-    def _attach(self, worker: Worker) -> None:
-        self._transport.attach(worker, self.single_observation_space, self.single_action_space)
+    # -- what the pool owns ---------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` ran (or the workers failed more than ``max_restarts`` times)."""
+        return self._pool is None or self._pool.closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:  # (Gymnasium's VectorEnv.close and VectorWrapper set it)
+        if value:
+            self.close()
+        elif self.closed:
+            raise ValueError("a closed vector env cannot be opened again: build a new one")
+
+    @property
+    def layout(self) -> Layout:
+        """Which worker holds which env, and the pipeline stages."""
+        return self._pool.layout
+
+    @property
+    def num_workers(self) -> int:
+        return self._pool.layout.num_workers
+
+    @property
+    def pipeline_stages(self) -> int:
+        return self._pool.layout.num_stages
+
+    @property
+    def step_timeout(self) -> float:
+        return self._pool.step_timeout
+
+    @property
+    def startup_timeout(self) -> float:
+        return self._pool.startup_timeout
+
+    @property
+    def max_restarts(self) -> int:
+        return self._pool.max_restarts
+
+    @property
+    def spin_wait(self) -> float:
+        return self._pool.spin_wait
+
+    @property
+    def info_format(self) -> str:
+        return self._info_format
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (they change when a worker is restarted)."""
+        return [worker.pid for worker in self._pool.workers if worker.pid is not None]
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's generator seed (Gymnasium's ``SyncVectorEnv`` gives the same)."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """Each env's random generator, copied from its worker."""
+        return self.get_attr("np_random")
 
     # -- public API -----------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self.closed:
-            raise RuntimeError("this vector env is closed")
-
-    def _check_idle(self, gids: np.ndarray, what: str, stepping: bool = True) -> None:
-        if not self._busy_envs and not (stepping and self._failed):
-            return
-        busy = [gid for gid in gids.tolist() if self._envs[gid].status != IDLE]
-        if busy:
-            raise RuntimeError(f"{what}: envs {busy} still have actions in flight; recv() them first")
-        if stepping and self._failed:
-            lost = sorted(self._failed.intersection(gids.tolist()))
-            if lost:
-                raise RuntimeError(
-                    f"{what}: envs {lost} have no result of their last step (a worker error): "
-                    "reset them first, reset(options={'reset_mask': mask})"
-                )
+    def _open_pool(self) -> WorkerPool:
+        pool = self._pool
+        if pool is None or pool.closed:
+            raise ClosedEnvironmentError(_CLOSED)
+        return pool
 
     def _write_actions(self, actions: Any, gids: np.ndarray, rows: Any) -> dict[str, Any] | None:
-        """Put the actions in shared memory; returns how the workers hand them on (``action_rows``).
+        """Put the actions in the pool's arrays; returns how the workers hand them on (``action_rows``).
 
         None when every leaf has the space's dtype; else, for each leaf that has not, the caller's
         dtype, or its rows (by env id) where the leaf's wide dtype cannot hold them exactly.
         """
         actions = self._check_actions(actions, len(gids))
         if self._action_dtype is not None and actions.dtype == self._action_dtype:  # the hot path
-            self._actions[rows] = actions
+            self._pool.actions[rows] = actions
             return None
         dtypes: dict[str, Any] = {}
+        leaves = self._pool.action_leaves  # in their wide dtypes
         for path, leaf in leaf_items(self.single_action_space, actions, "actions"):
-            buffer = self._action_leaves[path]
+            buffer = leaves[path]
             if leaf.dtype == self._action_dtypes[path]:
                 buffer[rows] = leaf
             elif holds_exactly(buffer.dtype, leaf.dtype):
@@ -330,19 +337,19 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
 
         ``actions`` holds one action per env of the stage / per id, in that order.
         """
-        self._check_open()
+        pool = self._open_pool()
         if (stage is None) == (env_ids is None):
             raise ValueError("send() needs exactly one of stage= or env_ids=")
         if stage is not None:
-            gids = self.layout.stage_envs(stage)
-            self._check_idle(gids, f"send(stage={stage})")
+            gids = pool.layout.stage_envs(stage)
+            pool.check_idle(gids, f"send(stage={stage})")
             dtypes = self._write_actions(actions, gids, slice(gids[0], gids[-1] + 1))
-            self._dispatch_steps(gids, False, dtypes)
+            pool.send_steps(gids, False, dtypes)
         else:
-            gids = self.layout.check_env_ids(env_ids)
-            self._check_idle(gids, "send(env_ids=...)")
+            gids = pool.layout.check_env_ids(env_ids)
+            pool.check_idle(gids, "send(env_ids=...)")
             dtypes = self._write_actions(actions, gids, gids)
-            self._dispatch_steps(gids, True, dtypes)
+            pool.send_steps(gids, True, dtypes)
 
     @profiling.timed
     def recv(
@@ -354,19 +361,20 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         ``max_batch`` have or ``timeout`` seconds have passed (at least one; ``infos["env_ids"]``
         says which, in the order they finished).
         """
-        self._check_open()
+        pool = self._open_pool()
+        idle = EnvStatus.IDLE
         if stage is not None:
             if max_batch is not None or timeout is not None:
                 raise ValueError("recv(stage=k) takes no max_batch or timeout")
-            gids = self.layout.stage_envs(stage)
-            records = [self._envs[gid] for gid in gids.tolist()]
-            if any(env.status == IDLE or env.by_ids for env in records):
-                raise RuntimeError(f"recv(stage={stage}) without send(stage={stage})")
-            self._wait(self._all_ready(gids.tolist()))
-            return self._gather(gids, slice(gids[0], gids[-1] + 1))
-        outstanding = sum(1 for env in self._envs if env.status != IDLE and env.by_ids)
+            gids = pool.layout.stage_envs(stage)
+            records = [pool.envs[gid] for gid in gids.tolist()]
+            if any(env.status is idle or env.by_ids for env in records):
+                raise NoAsyncCallError(f"recv(stage={stage}) without send(stage={stage})")
+            pool.wait(pool.all_ready(gids.tolist()))
+            return self._results.gather(gids, slice(gids[0], gids[-1] + 1))
+        outstanding = sum(1 for env in pool.envs if env.status is not idle and env.by_ids)
         if outstanding == 0:
-            raise RuntimeError("recv() without send(env_ids=...): no env has actions in flight")
+            raise NoAsyncCallError("recv() without send(env_ids=...): no env has actions in flight")
         if max_batch is None and timeout is None and self.plan is not None and self.plan.max_batch is not None:
             max_batch, timeout = self.plan.max_batch, self.plan.timeout  # the layout plan's batching
         batch = outstanding if max_batch is None else check_positive_int("max_batch", max_batch)
@@ -374,12 +382,13 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._pump_arrived()
-        if not self._wait(lambda: len(self._ready_queue) >= want, deadline):
-            self._wait(lambda: len(self._ready_queue) >= 1)
-        self._pump_arrived()  # whatever else finished meanwhile goes in this batch too
-        gids = np.array([self._ready_queue.popleft() for _ in range(min(batch, len(self._ready_queue)))], dtype=np.int64)
-        return self._gather(gids, gids, with_ids=True)
+        ready = pool.ready_queue
+        pool.pump_arrived()
+        if not pool.wait(lambda: len(ready) >= want, deadline):
+            pool.wait(lambda: len(ready) >= 1)
+        pool.pump_arrived()  # whatever else finished meanwhile goes in this batch too
+        gids = np.array([ready.popleft() for _ in range(min(batch, len(ready)))], dtype=np.int64)
+        return self._results.gather(gids, gids, with_ids=True)
 
     def set_pipeline_stages(self, stages: int) -> None:
         """Regroup the envs into ``stages`` pipeline stages (workers and episodes stay as they are).
@@ -387,35 +396,37 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         No action may be in flight. Refused for envs sharing one physics world, whose physics step
         was divided by the stage count when the workers started.
         """
-        self._check_open()
+        pool = self._open_pool()
         layout = Layout(self.num_envs, self.num_workers, stages)
         if layout.num_stages == self.pipeline_stages:
             return
-        if len(self.in_flight()):
-            raise RuntimeError(f"set_pipeline_stages: envs {self.in_flight().tolist()} still have actions in flight; recv() them first")
+        in_flight = pool.in_flight()
+        if len(in_flight):
+            raise AlreadyPendingCallError(f"set_pipeline_stages: envs {in_flight.tolist()} still have actions in flight; recv() them first")
         if self.shared_physics:
             raise RuntimeError("set_pipeline_stages: these envs share one physics world whose step was divided by the stage count at start; build a new vector env")
-        self.layout, self.pipeline_stages = layout, layout.num_stages
-        self._cache_groups()
+        pool.regroup(layout)
 
     @profiling.timed
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step all N envs (plain Gymnasium semantics, SAME_STEP autoreset)."""
-        self._check_open()
-        gids = self._all_ids
-        if self._busy_envs or self._failed:
-            self._check_idle(gids, "step()")
+        pool = self._pool
+        if pool.closed:  # (``_open_pool``'s test, without its call: the hot path)
+            raise ClosedEnvironmentError(_CLOSED)
+        gids = pool.all_ids
+        if pool.busy_envs or pool.failed:
+            pool.check_idle(gids, "step()")
         dtypes = self._write_actions(actions, gids, slice(None))
-        if not self._fresh:  # (an env of a replaced worker is reset by its next step: the records' path)
-            ended = self._step_whole(dtypes)
+        if not pool.fresh:  # (an env of a replaced worker is reset by its next step: the records' path)
+            ended = pool.step_whole(dtypes)
             if ended is not None:
-                return self._gather_whole(ended)
+                return self._results.gather_whole(ended)
         else:
-            self._dispatch_steps(gids, False, dtypes)
+            pool.send_steps(gids, False, dtypes)
         # Every env was idle, so the commands in flight are this step's (and the resends of a
         # restart): it is done when none is left, which is cheaper to see than every env's status.
-        self._wait(self._no_commands)
-        return self._gather(gids, slice(None))
+        pool.wait(pool.no_commands)
+        return self._results.gather(gids, slice(None))
 
     @profiling.timed
     def reset(
@@ -426,11 +437,12 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         The envs reset must have no action in flight (their transitions would be lost); other
         envs may, and their results are delivered by ``recv`` as usual.
         """
-        self._check_open()
+        pool = self._open_pool()
         n = self.num_envs
+        int_seed = isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)
         if seed is None:
             seeds: list[int | None] = [None] * n
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        elif int_seed:
             seeds = [int(seed) + i for i in range(n)]
         else:
             seeds = list(seed)
@@ -441,44 +453,18 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         if options is not None and "reset_mask" in options:
             mask = options.pop("reset_mask")
             if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
-                raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({n},), got {mask!r}")
+                raise BatchTypeError(f"options['reset_mask'] must be a bool numpy array of shape ({n},), got {mask!r}")
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one env")
         gids = np.flatnonzero(mask)
-        self._check_idle(gids, "reset()", stepping=False)
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            self._seed_base = int(seed)
-        for worker, mine in self._split(gids):
-            self._ensure_alive(worker)
-            for gid in mine:
-                if seeds[gid] is None and self._envs[gid].restart == Restart.NEXT:
-                    # A fresh env (its worker was replaced) has no generator state to go on from:
-                    # seed it as a restart does, so its episodes stay reproducible.
-                    seeds[gid] = self._restart_seed(gid, worker.restarts)
-        commands = self._request(gids, w.RESET, lambda cmd, mine: (w.RESET, cmd, mine, [seeds[g] for g in mine], options))
+        pool.check_idle(gids, "reset()", stepping=False)
+        if int_seed:
+            pool.seed_base = int(seed)
         infos: dict[str, Any] = {}
-        failures = []
-        for command in commands:
-            if isinstance(command.result, Exception):
-                failures.append(str(command.result))
-                continue
-            for gid, info, _ in command.result:
-                add_info(infos, info, gid, n)
-        errors = {}
-        for gid in gids.tolist():
-            env = self._envs[gid]
-            if env.error is not None:
-                errors[gid] = env.error
-            env.status, env.error, env.restart, env.info, env.final = IDLE, None, Restart.NONE, _EMPTY, None
-        self._fresh.difference_update(gids.tolist())
-        self._failed.difference_update(gids.tolist())
-        self._failed.update(errors)  # an env whose reset raised has no state to step from either
-        if errors or failures:
-            text, tb, _ = next(iter(errors.values())) if errors else (failures[0], "", None)
-            raise WorkerError(f"reset failed for envs {sorted(errors) or '?'}: {text}\n{tb}")
+        for gid, info in pool.reset(gids, seeds, options):
+            add_info(infos, info, gid, n)
         # Envs not reset keep the observation the caller last saw (one in flight has no newer one).
-        put_rows(self._last_obs, gids, take_rows(self._obs, gids))
-        return take_rows(self._last_obs, slice(None)), infos
+        return self._results.keep_reset(gids), infos
 
     # -- profiler ---------------------------------------------------------------------------------
     def start_profile(self) -> None:
@@ -518,11 +504,15 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         return profiling.report(workers, self._clock)
 
     def _profile(self, action: str) -> list[Any]:
-        gids = np.array([worker.env_ids[0] for worker in self._workers])  # one env per worker
+        gids = np.array([worker.env_ids[0] for worker in self._open_pool().workers])  # one env per worker
         return list(self._call(gids, profiling.ProfileRequest(action), (), {}))
 
+    # -- the envs' attributes and methods -------------------------------------------------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call ``name`` (or read it, if not callable) on every env; results in env order."""
+        """Call ``name`` (or read it, if not callable) on every env; results in env order.
+
+        A name no env has raises ``AttributeError`` (a ``WorkerError`` too).
+        """
         return self.call_at(None, name, *args, **kwargs)
 
     def call_at(self, env_ids: Sequence[int] | None, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -538,53 +528,46 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
         return self._call(env_ids, CloudpickleWrapper(fn), args, kwargs)
 
     def _call(self, env_ids: Sequence[int] | None, target: Any, args: tuple, kwargs: dict) -> tuple[Any, ...]:
-        self._check_open()
-        gids = np.arange(self.num_envs) if env_ids is None else self.layout.check_env_ids(env_ids)
-        results: dict[int, Any] = {}
-        for command in self._request(gids, w.CALL, lambda cmd, mine: (w.CALL, cmd, mine, target, args, kwargs)):
-            if isinstance(command.result, Exception):
-                raise command.result
-            results.update(zip(command.gids, command.result))
-        return tuple(results[i] for i in gids.tolist())
+        pool = self._open_pool()
+        gids = pool.all_ids if env_ids is None else pool.layout.check_env_ids(env_ids)
+        return pool.call(gids, target, args, kwargs)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
-        """The attribute ``name`` of every env."""
+        """The attribute ``name`` of every env (``AttributeError`` where it has none)."""
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set ``name`` on every env: one value for all, or a list/tuple of N values."""
-        self._check_open()
+        pool = self._open_pool()
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr needs one value or {self.num_envs} values, got {len(values)}")
-        gids = np.arange(self.num_envs)
-        for command in self._request(gids, w.SET_ATTR, lambda cmd, mine: (w.SET_ATTR, cmd, mine, name, [values[g] for g in mine])):
-            if isinstance(command.result, Exception):
-                raise command.result
+        pool.set_attr(pool.all_ids, name, values)
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
 
     def in_flight(self) -> np.ndarray:
         """Ids of the envs whose actions were sent and whose results were not yet received."""
-        return np.array([gid for gid, env in enumerate(self._envs) if env.status != IDLE], dtype=np.int64)
-
-    @property
-    def worker_pids(self) -> list[int]:
-        """Process ids of the workers (they change when a worker is restarted)."""
-        return [worker.pid for worker in self._workers if worker.pid is not None]
+        return self._open_pool().in_flight()
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Stop the workers (asking first, then killing) and free the arrays."""
-        self._obs = self._final_obs = self._actions = None
-        self._rewards = self._terminations = self._truncations = None
-        self._transport.stop(self._workers)
+        """Stop the workers (asking first, then killing) and free the arrays.
+
+        Warns (as AsyncVectorEnv's does) when envs still have actions in flight: their results are dropped.
+        """
+        if self._pool is not None:
+            if self._pool.busy_envs and not self._pool.closed:
+                gym.logger.warn(
+                    f"Calling `close` while envs {self._pool.in_flight().tolist()} have actions in flight "
+                    "(sent, their results not received): those results are dropped."
+                )
+            self._pool.close()
 
     def close(self, **kwargs: Any) -> None:
-        if getattr(self, "closed", True):
+        if self.closed:
             return
-        self.closed = True
         self.close_extras(**kwargs)
 
     def __enter__(self) -> PipelineVectorEnv:
@@ -599,3 +582,29 @@ class PipelineVectorEnv(_WorkerDispatch, _Results, VectorEnv):
 
     def __repr__(self) -> str:
         return f"PipelineVectorEnv(num_envs={self.num_envs}, num_workers={self.num_workers}, pipeline_stages={self.pipeline_stages})"
+
+
+def _resolve_plan(
+    layout: Any,
+    tune_options: Mapping[str, Any] | None,
+    resolver: LayoutResolver | None,
+    env_fns: list,
+    num_workers: Any,
+    stages: Any,
+    context: str,
+) -> Plan | None:
+    """The plan a vector env runs for its ``layout`` argument (None: none), by ``resolver`` if given."""
+    if layout is None:
+        if tune_options is not None:
+            raise ValueError("tune_options are for layout='auto'")
+        return None
+    if num_workers is not None or stages is not None:
+        raise ValueError(
+            f"layout sets num_workers and pipeline_stages; give a layout or those, not both "
+            f"(got num_workers={num_workers}, pipeline_stages={stages})"
+        )
+    if resolver is not None:
+        return resolver(env_fns, layout, tune_options, context=context)
+    if tune_options is not None and not (isinstance(layout, str) and layout == "auto"):
+        raise ValueError("tune_options are for layout='auto'")
+    return read_plan(layout, len(env_fns))

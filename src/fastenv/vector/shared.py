@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 _ALIGN = 64
+_LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)  # one array each
 
 
 def leaf_specs(space: spaces.Space, prefix: str) -> list[tuple[str, tuple[int, ...], np.dtype]]:
@@ -20,11 +21,20 @@ def leaf_specs(space: spaces.Space, prefix: str) -> list[tuple[str, tuple[int, .
         return [spec for key, sub in space.spaces.items() for spec in leaf_specs(sub, f"{prefix}/{key}")]
     if isinstance(space, spaces.Tuple):
         return [spec for i, sub in enumerate(space.spaces) for spec in leaf_specs(sub, f"{prefix}/{i}")]
-    if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+    if isinstance(space, _LEAF_SPACES):
         return [(prefix, tuple(space.shape), np.dtype(space.dtype))]
     raise TypeError(
         f"fastenv vector envs support Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple spaces, got {space}"
     )
+
+
+def unsupported_leaf(space: spaces.Space) -> spaces.Space | None:
+    """The first leaf of ``space`` that ``leaf_specs`` cannot lay out (a custom space), or None."""
+    if isinstance(space, spaces.Dict):
+        return next((leaf for sub in space.spaces.values() if (leaf := unsupported_leaf(sub)) is not None), None)
+    if isinstance(space, spaces.Tuple):
+        return next((leaf for sub in space.spaces if (leaf := unsupported_leaf(sub)) is not None), None)
+    return None if isinstance(space, _LEAF_SPACES) else space
 
 
 def leaf_items(space: spaces.Space, value: Any, prefix: str) -> list[tuple[str, Any]]:

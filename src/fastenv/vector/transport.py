@@ -8,6 +8,7 @@ in shared memory, everything else pickled through a pipe, every message counted 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import select
@@ -24,7 +25,6 @@ from fastenv.vector import mailbox as mb
 from fastenv.vector import worker as w
 from fastenv.vector.shared import SharedArrays
 
-
 MAILBOX_COMMANDS, MAILBOX_REPLIES = "mailbox/commands", "mailbox/replies"
 
 
@@ -37,7 +37,13 @@ class WorkerError(RuntimeError):
     ``failed_env_ids`` (the env that raised and the envs its worker stepped in the same batch),
     which have no result: their observation is the last one the caller saw, reward 0, no flags, no
     info; reset them to continue. Other failures leave these attributes None.
+
+    An env's error whose class is a builtin exception (or derives from one) arrives as an instance
+    of that class too (``worker_error``): ``except ValueError`` catches a ValueError raised in a
+    worker, and ``get_attr`` of a missing attribute raises an ``AttributeError``.
     """
+
+    builtin: str | None = None  # the builtin exception class this error is also an instance of
 
     def __init__(
         self,
@@ -53,6 +59,39 @@ class WorkerError(RuntimeError):
         self.results = results
         self.env_ids = env_ids
         self.valid = valid
+
+    __str__ = RuntimeError.__str__  # the message as given (KeyError's own would quote it)
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_worker_error, (self.builtin, self.args), self.__dict__)
+
+
+_WITH_BUILTIN: dict[str, type[WorkerError]] = {}
+
+
+def _with_builtin(builtin: str | None) -> type[WorkerError]:
+    """``WorkerError`` made also a subclass of the builtin exception class named ``builtin``."""
+    base = getattr(builtins, builtin, None) if builtin else None
+    if not (isinstance(base, type) and issubclass(base, Exception)) or issubclass(WorkerError, base):
+        return WorkerError
+    if builtin not in _WITH_BUILTIN:
+        try:
+            _WITH_BUILTIN[builtin] = type("WorkerError", (WorkerError, base), {"__module__": __name__, "builtin": builtin})
+        except TypeError:  # a class whose instance layout cannot be combined with RuntimeError's
+            _WITH_BUILTIN[builtin] = WorkerError
+    return _WITH_BUILTIN[builtin]
+
+
+def worker_error(message: str, builtin: str | None = None, **fields: Any) -> WorkerError:
+    """A ``WorkerError`` that is also an instance of the builtin exception class ``builtin`` (its name)."""
+    try:
+        return _with_builtin(builtin)(message, **fields)
+    except TypeError:  # a class whose constructor takes other arguments (UnicodeDecodeError...)
+        return WorkerError(message, **fields)
+
+
+def _rebuild_worker_error(builtin: str | None, args: tuple) -> WorkerError:
+    return worker_error(*args, builtin)
 
 
 @dataclass

@@ -8,6 +8,7 @@ SAME_STEP autoreset), its final observation written to its row of the ``final_ob
 
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 import sys
@@ -21,10 +22,16 @@ import numpy as np
 from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.batch import EnvBatch
 from fastenv.core.executor import Executor
-from fastenv.wrappers.action import ActionChunk
 from fastenv.vector.mailbox import WorkerMailbox
 from fastenv.vector.profiling import ProfileRequest, TimedBatch, Timings
-from fastenv.vector.shared import SharedArrays, leaf_items, leaf_specs, structure, wide_dtype
+from fastenv.vector.shared import (
+    SharedArrays,
+    leaf_items,
+    leaf_specs,
+    structure,
+    unsupported_leaf,
+    wide_dtype,
+)
 
 # Commands (main -> worker); replies (worker -> main) start with the same word, or "error".
 STEP, RESET, CALL, SET_ATTR, ATTACH, CLOSE = "step", "reset", "call", "set_attr", "attach", "close"
@@ -82,6 +89,21 @@ class PickledFns:
             self.fn, self.error = None, (f"{type(exc).__name__}: {exc}", traceback.format_exc())
 
 
+class ByValue:
+    """``value`` sent through a plain pickle (multiprocessing's) as cloudpickle pickles it; it
+    unpickles to ``value`` itself. A class the worker rebuilt from the constructors' pickles (a
+    space subclass of the user's script, or of a module pickled by value) is not the one its
+    module would import, so a plain pickle cannot send it back by name."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple:
+        import cloudpickle
+
+        return (cloudpickle.loads, (cloudpickle.dumps(self.value),))
+
+
 def env_attr(env: gym.Env, name: str, default: Any = None) -> Any:
     """An attribute found anywhere in the wrapper stack, or ``default``."""
     try:
@@ -107,9 +129,12 @@ class WorkerCore:
         self._index = [np.array([j]) for j in range(len(self.envs))]  # each env as a batch of one row
         self._index_cache: dict[tuple[int, ...], tuple[np.ndarray, list[int], Any]] = {}
         self.action_space = self.envs[0].action_space
-        self.action_dtypes = {path: dtype for path, _, dtype in leaf_specs(self.action_space, "actions")}
+        # A space the arrays cannot hold is described all the same: the vector env refuses it
+        # with a ValueError (PipelineVectorEnv._setup_spaces), and never steps these envs.
+        laid_out = unsupported_leaf(self.action_space) is None
+        self.action_dtypes = {path: dtype for path, _, dtype in leaf_specs(self.action_space, "actions")} if laid_out else {}
         plain = not isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
-        self._action_dtype = self.action_dtypes["actions"] if plain else None  # one leaf: cast without walking
+        self._action_dtype = self.action_dtypes["actions"] if plain and laid_out else None  # one leaf: cast without walking
 
     def describe(self, pipeline_stages: int) -> dict[str, Any]:
         """Spaces and capabilities, after rescaling shared physics for the pipeline."""
@@ -279,18 +304,23 @@ class WorkerCore:
 def batch_executor(envs: Sequence[gym.Env]) -> tuple[EnvBatch, Executor]:
     """The envs as one batch under the executor, with same-step autoreset.
 
-    Envs built as ``ActionChunk(env)`` (fastenv's stack) have their chunks run by this executor
-    over the envs below it, so the envs of a worker take their sub-steps together: the same data
-    (the executor is the same), and envs sharing one physics world advance it once per sub-step.
+    An env whose outermost layer runs its actions through an executor of its own says so with
+    ``batch_spec()`` (fastenv's ``ActionChunk``): ``(env below, owner, options)``. When every env
+    says so with the same owner and options, this executor runs them over the envs below, so the
+    envs of a worker take their sub-steps together: the same data (the executor is the same), and
+    envs sharing one physics world advance it once per sub-step.
     """
-    first = envs[0]
-    def key(env: Any) -> tuple:
-        return (type(env), *(getattr(env, name, None) for name in ("chunk", "gamma", "episode_statistics", "skip_observations")))
-
-    same = key(first)
-    if all(type(env) is ActionChunk and key(env) == same for env in envs):
-        batch = EnvBatch([env.env for env in envs], owner="ActionChunk", skip_observations=first.skip_observations)
-        return batch, Executor(batch, chunk=first.chunk, gamma=first.gamma, autoreset=True, episode_statistics=first.episode_statistics)
+    specs = []
+    for env in envs:
+        spec = getattr(env, "batch_spec", None)  # (a Gymnasium 1.x wrapper does not forward attributes)
+        specs.append(spec() if callable(spec) else None)
+    first = specs[0]
+    if first is not None and all(spec is not None and spec[1:] == first[1:] for spec in specs):
+        _, owner, options = first
+        batch = EnvBatch([spec[0] for spec in specs], owner=owner, skip_observations=options["skip_observations"])
+        return batch, Executor(
+            batch, chunk=options["chunk"], gamma=options["gamma"], autoreset=True, episode_statistics=options["episode_statistics"]
+        )
     batch = EnvBatch(envs)
     return batch, Executor(batch, autoreset=True)
 
@@ -386,11 +416,18 @@ def dtypes_for(dtypes: dict[str, Any] | None, gids: Sequence[int], batch: list[i
 
 
 def error_message(cmd: int, gids: Sequence[int | None], exc: BaseException, core: WorkerCore | None = None) -> tuple:
-    """(ERROR, cmd, envs that have no result, text, traceback, env that raised)."""
+    """(ERROR, cmd, envs that have no result, text, traceback, env that raised, its builtin class's name)."""
     origin = gids[0]
     if core is not None and 0 <= core.batch.failed_row < len(core.env_ids):
         origin = core.env_ids[core.batch.failed_row]
-    return (ERROR, cmd, list(gids), f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)), origin)
+    text = f"{type(exc).__name__}: {exc}"
+    return (ERROR, cmd, list(gids), text, "".join(traceback.format_exception(exc)), origin, builtin_class(exc))
+
+
+def builtin_class(exc: BaseException) -> str:
+    """The name of the builtin exception class ``exc`` is an instance of, the most derived one
+    (a class of the user's may not unpickle in the main process; its builtin base does)."""
+    return next(c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c)
 
 
 def worker_main(
@@ -410,7 +447,7 @@ def worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when workers stop
     try:
         core, description = start_core(env_fns_blob, env_ids, env_ids, pipeline_stages, threads)
-        conn.send((READY, description))
+        conn.send((READY, ByValue(description)))  # the parent receives the description itself
     except BaseException as exc:  # report, then exit: the main process raises with this text
         conn.send((STARTUP_ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         conn.close()

@@ -6,31 +6,12 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
 from fastenv._validation import check_action, check_discount, check_positive_int
-from fastenv.backends.base import Info, ObsType
 from fastenv.core.batch import EnvBatch
 from fastenv.core.executor import Executor, null_chunk_info
-
-
-def chunk_space(space: spaces.Space, chunk: int) -> spaces.Space:
-    """The action space of ``chunk`` consecutive actions of ``space``."""
-    if isinstance(space, spaces.Box):
-        low = np.broadcast_to(space.low, (chunk, *space.shape))
-        high = np.broadcast_to(space.high, (chunk, *space.shape))
-        return spaces.Box(low=low, high=high, dtype=space.dtype)
-    if isinstance(space, spaces.Discrete):
-        return spaces.MultiDiscrete(
-            np.full(chunk, space.n), dtype=space.dtype, start=np.full(chunk, space.start)
-        )
-    if isinstance(space, spaces.MultiDiscrete):
-        return spaces.MultiDiscrete(
-            np.broadcast_to(space.nvec, (chunk, *space.shape)),
-            dtype=space.dtype,
-            start=np.broadcast_to(space.start, (chunk, *space.shape)),
-        )
-    raise TypeError(f"ActionChunk supports Box, Discrete and MultiDiscrete action spaces, got {space}")
+from fastenv.core.protocol import Info, ObsType
+from fastenv.core.spaces import chunk_space
 
 
 class ActionChunk(gym.Wrapper):
@@ -97,3 +78,12 @@ class ActionChunk(gym.Wrapper):
     def null_step_info(self) -> Info:
         """The chunk keys of a transition in which no sub-step ran (what a worker restart reports)."""
         return null_chunk_info(self.chunk, self.gamma)
+
+    def batch_spec(self) -> tuple[gym.Env, str, dict[str, Any]] | None:
+        """How a vector env's worker runs these chunks with its other envs' in one executor:
+        (the env below, the owner of its sub-steps, the executor's options); None for a subclass,
+        whose step may do more than the executor does."""
+        if type(self) is not ActionChunk:
+            return None
+        options = {"chunk": self.chunk, "gamma": self.gamma, "episode_statistics": self.episode_statistics, "skip_observations": self.skip_observations}
+        return self.env, "ActionChunk", options

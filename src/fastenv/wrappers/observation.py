@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from fastenv.backends.base import check_known_keys
+from fastenv.core.protocol import check_known_keys
 from fastenv.wrappers.action import ActionChunk
 
 

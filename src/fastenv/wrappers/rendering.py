@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from fastenv.backends.base import KEEP, make_gym_env_headless
+from fastenv.core.protocol import KEEP, make_gym_env_headless
 
 
 class HeadlessRender(gym.Wrapper):

@@ -8,8 +8,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import VectorEnv
 
-from fastenv.backends.base import KEEP
-from fastenv.backends.registry import find_backend
+from fastenv.core.protocol import KEEP
+from fastenv.core.registry import find_backend
 from fastenv.wrappers.action import ActionChunk
 from fastenv.wrappers.flatten import FlattenActionChunk, FlattenModalities
 from fastenv.wrappers.observation import PruneModalities

@@ -16,6 +16,8 @@ import sys
 import time
 import warnings
 
+from fastenv.core.fast_paths import FastPath
+
 # Tasks tried in turn: one the installed LIBERO distribution has is enough (the compiled
 # functions' types do not depend on the task).
 TASKS = (("libero_goal", 3), ("libero_10", 0), ("libero_spatial", 0), ("libero_object", 0))
@@ -27,17 +29,16 @@ def warm() -> tuple[set[str], dict[str, bool], list[str], float]:
     """Compile (or load) every compiled function this machine's envs run: the ones that ran, which
     fast paths served the env, the step-aside lines it printed, and the seconds it took."""
     os.environ["FASTENV_COMPILE"] = "inline"
-    import gymnasium as gym
     import numpy as np
 
-    import fastenv  # noqa: F401  (registers fastenv/Libero-v0)
-    from fastenv.backends.libero import compiled
+    from fastenv.backends.libero import compiled, make_sim
+    from fastenv.core import EnvBatch, Executor
 
     start = time.perf_counter()
     errors = []
     for suite, task_id in TASKS:
         try:
-            env = gym.make("fastenv/Libero-v0", suite=suite, task_id=task_id, chunk=CHUNK, modalities=("robot0_proprio-state",))
+            env = make_sim(suite, task_id, modalities=("robot0_proprio-state",))
         except Exception as error:  # a suite this distribution does not have
             errors.append(f"{suite}/{task_id}: {type(error).__name__}: {error}")
             continue
@@ -46,12 +47,15 @@ def warm() -> tuple[set[str], dict[str, bool], list[str], float]:
                 warnings.simplefilter("always", RuntimeWarning)
                 # two episodes: the first step after the second reset is a compiled env step that
                 # starts from what robosuite's reset left in the controller (another specialization)
+                # chunks as ActionChunk runs them (its executor): sub-steps, one observation at the end
+                executor = Executor(EnvBatch([env], owner="fastenv compile"), chunk=CHUNK)
+                row, actions = np.zeros(1, dtype=np.int64), np.zeros((1, CHUNK, *env.action_space.shape), dtype=env.action_space.dtype)
                 for episode in range(2):
-                    env.reset(seed=episode)
+                    executor.reset(row, [episode], None)
                     for _ in range(STEPS):
-                        env.step(np.zeros(env.action_space.shape, dtype=env.action_space.dtype))
-            served = env.unwrapped.adapter.fast_paths()
-            served.pop("shared render context", None)  # this env has no camera: nothing to share
+                        executor.step(row, actions)
+            served = env.adapter.fast_paths()
+            served.pop(FastPath.SHARED_RENDER_CONTEXT, None)  # this env has no camera: nothing to share
         finally:
             env.close()
         lines = list(dict.fromkeys(str(w.message) for w in said if str(w.message).startswith("fastenv:")))

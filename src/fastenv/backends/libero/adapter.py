@@ -11,9 +11,8 @@ from gymnasium import spaces
 
 from fastenv._validation import check_positive_int
 from fastenv.backends._gl import check_not_forked_after_gl, note_gl_context
-from fastenv.backends.base import Info, ObsType, check_known_keys
 from fastenv.backends.libero import contacts
-from fastenv.backends.libero.control import _ControlLoop
+from fastenv.backends.libero.control import ControlLoop
 from fastenv.backends.libero.mujoco_facts import facts, step_aside
 from fastenv.backends.libero.observables import (
     IrregularSampling,
@@ -35,8 +34,10 @@ from fastenv.backends.libero.task import (
     STOCK_CAMERAS,
     SUITE_MAX_EPISODE_STEPS,
     LiberoTask,
-    _libero,
+    import_libero,
 )
+from fastenv.core.fast_paths import FastPath
+from fastenv.core.protocol import Info, ObsType, check_known_keys
 from fastenv.machine import release_free_memory
 
 
@@ -111,7 +112,7 @@ class LiberoAdapter:
             command state), so every observation and step after a reset is bit for bit that of a
             freshly built stock env reset to the same init state, at a tenth of the cost or less.
         fast_substep: run robosuite's control loop with less around the same arithmetic
-            (``_ControlLoop``, bit for bit robosuite's); False runs robosuite's own loop, for
+            (``ControlLoop``, bit for bit robosuite's); False runs robosuite's own loop, for
             measuring what the fast one saves.
         control_freq: robosuite's control rate in Hz (None: LIBERO's default, 20).
 
@@ -143,7 +144,7 @@ class LiberoAdapter:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"LIBERO renders headless: render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.task = task
-        self.camera_size = _camera_size(camera_size)
+        self.camera_size = camera_shape(camera_size)
         self.render_mode = render_mode
         self.render_camera = render_camera
         self.hard_reset = bool(hard_reset)
@@ -191,9 +192,9 @@ class LiberoAdapter:
     # -- building -------------------------------------------------------------------------------
     def _build(self, config: RenderConfig) -> None:
         check_not_forked_after_gl("a LIBERO env")
-        lib = _libero()
+        lib = import_libero()
         if self._env is not None:
-            _make_gl_current(self._raw)
+            make_gl_current(self._raw)
             self._env.close()
         cams = list(config.cameras)
         height, width = self.camera_size
@@ -241,7 +242,7 @@ class LiberoAdapter:
         self._n_substeps = int(raw.control_timestep / raw.model_timestep)
         share_render_context(raw)  # an adopted env's own render context: shared as fastenv's are
         contacts.install(raw)  # the success check's contact tests by geom id (the same answers)
-        _make_gl_current(raw)
+        make_gl_current(raw)
         with _renders_skipped(raw.sim):
             self._deps = sensor_dependencies(raw)
         self._samplers = PropertySamplers(raw)
@@ -325,7 +326,7 @@ class LiberoAdapter:
         except IrregularSampling:
             self._clock = None  # sub-steps update the observables as robosuite's own loop does
         if self._clock is not None and facts().copy_data is None:  # a sample after the step needs the state put back
-            step_aside("the observation at a chunk's end", f"{facts().copy_data_missing()}: every sub-step samples as robosuite's does")
+            step_aside(f"the {FastPath.OBSERVATION_AT_CHUNK_END}", f"{facts().copy_data_missing()}: every sub-step samples as robosuite's does")
             self._clock = None
         missing = [key for key in keys if key not in self._spaces]
         if missing:
@@ -437,7 +438,7 @@ class LiberoAdapter:
         if seed is not None:
             self._randomness.seed(seed)
         self._randomness.ensure(rng)
-        _make_gl_current(self._raw)
+        make_gl_current(self._raw)
         with self._randomness.active():
             raw_obs = self._reset_sim(observed=state is None)
         if state is not None:
@@ -460,7 +461,7 @@ class LiberoAdapter:
         except IrregularSampling:  # (nothing advanced) e.g. an observable enabled mid-episode
             sample_at = -1
         if sample_at < 0:  # sampling robosuite's loop alone reproduces: run it, observables and all
-            _make_gl_current(raw)
+            make_gl_current(raw)
             self._settle_pending(None)
             self._stock_loop(raw, action, n, update_observables=True)
         else:
@@ -495,17 +496,17 @@ class LiberoAdapter:
             point = self._point = SamplePoint(raw.sim.model._model, raw.sim.data._data)
         return point
 
-    def _control_loop(self) -> _ControlLoop | None:
+    def _control_loop(self) -> ControlLoop | None:
         """The fast control loop for this env's sim, or None where it does not apply."""
         if not self.fast_substep:
             return None
         raw = self._raw
         loop = getattr(self, "_loop", None)
         if loop is None or loop.sim is not raw.sim:  # built once per sim (a hard reset makes a new one)
-            loop = self._loop = _ControlLoop.build(raw)
+            loop = self._loop = ControlLoop.build(raw)
         return loop if loop is not None and loop.usable() else None
 
-    def fast_paths(self) -> dict[str, bool]:
+    def fast_paths(self) -> dict[FastPath, bool]:
         """Which of fastenv's fast paths serve this env now. Each steps aside for robosuite's own
         code where what it relies on does not hold here (another robosuite, MuJoCo or setting),
         and says why once per process (``mujoco_facts.step_aside``)."""
@@ -513,14 +514,14 @@ class LiberoAdapter:
         loop = self._control_loop()
         context = getattr(raw.sim, "_render_context_offscreen", None)
         return {
-            "compiled control loop": bool(loop is not None and loop.compiled and loop._checked),
-            "compiled policy step": bool(loop is not None and loop.compiled and loop._checked and loop._policy is not None
-                                         and loop._policy.checked),
-            "fast control loop": loop is not None,
-            "observation at a chunk's end": self._clock is not None,
-            "in-place reset": not raw.hard_reset,
-            "shared render context": context is not None and render_sharing_enabled(),
-            "contact check by geom id": contacts.installed(raw),
+            FastPath.COMPILED_CONTROL_LOOP: bool(loop is not None and loop.compiled and loop._checked),
+            FastPath.COMPILED_POLICY_STEP: bool(loop is not None and loop.compiled and loop._checked and loop._policy is not None
+                                                and loop._policy.checked),
+            FastPath.FAST_CONTROL_LOOP: loop is not None,
+            FastPath.OBSERVATION_AT_CHUNK_END: self._clock is not None,
+            FastPath.IN_PLACE_RESET: not raw.hard_reset,
+            FastPath.SHARED_RENDER_CONTEXT: context is not None and render_sharing_enabled(),
+            FastPath.CONTACT_CHECK_BY_GEOM_ID: contacts.installed(raw),
         }
 
     def _convert_action(self, action: Any) -> np.ndarray:
@@ -545,13 +546,13 @@ class LiberoAdapter:
             direct, grouped, part, renders = self._observe_plan(tuple(keys))
             if point is not None and point.pending:
                 if renders:
-                    _make_gl_current(raw)
+                    make_gl_current(raw)
                 with point.at():
                     sample_observables(raw, part)
             concatenated = raw._get_observations() if grouped else {}
             return {key: np.asarray(raw._observables[key].obs if key in direct else concatenated[key]) for key in keys}
         if point is not None and point.pending:
-            _make_gl_current(raw)
+            make_gl_current(raw)
             self._sample_at_point(point)
         return self._observation(raw._get_observations())
 
@@ -600,7 +601,7 @@ class LiberoAdapter:
         self._sample_at_point(point)
 
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
-        _make_gl_current(self._raw)
+        make_gl_current(self._raw)
         self._settle_pending(self._n_substeps)  # this step samples the observables itself
         raw_obs, reward, done, _ = self._env.step(np.asarray(action))
         success = bool(done)
@@ -611,7 +612,7 @@ class LiberoAdapter:
         if self.render_mode != "rgb_array":
             return None
         height, width = self.camera_size
-        _make_gl_current(self._raw)
+        make_gl_current(self._raw)
         frame = self._raw.sim.render(camera_name=self.render_camera, width=width, height=height)
         return np.ascontiguousarray(frame[::-1])  # OpenGL rows run bottom-up
 
@@ -628,7 +629,7 @@ class LiberoAdapter:
             if self._owned:
                 # robosuite frees its MuJoCo render context in whatever GL context is current:
                 # make it this env's own, or another env's textures and buffers go with it.
-                _make_gl_current(self._raw)
+                make_gl_current(self._raw)
                 self._env.close()
             else:  # the user's env goes back as it came: every observable as it was
                 raw = self._raw
@@ -662,7 +663,7 @@ def _reward_and_success(raw: Any, action: np.ndarray) -> tuple[float, bool]:
     return float(reward), bool(answers[0] if len(answers) == 1 else raw._check_success())
 
 
-def _make_gl_current(raw: Any) -> None:
+def make_gl_current(raw: Any) -> None:
     """Make this env's GL context the current one before it renders.
 
     robosuite renders into whatever context is current and makes its own current only when
@@ -703,7 +704,7 @@ def _stock_config() -> RenderConfig:
     return RenderConfig(STOCK_CAMERAS)
 
 
-def _camera_size(size: int | tuple[int, int]) -> tuple[int, int]:
+def camera_shape(size: int | tuple[int, int]) -> tuple[int, int]:
     if isinstance(size, (tuple, list)) and len(size) == 2:
         return check_positive_int("camera height", size[0]), check_positive_int("camera width", size[1])
     side = check_positive_int("camera_size", size)

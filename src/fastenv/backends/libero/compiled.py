@@ -1,7 +1,7 @@
 """The physics steps of one LIBERO env step, the controller and the policy step's robot control,
 compiled with numba, bit for bit.
 
-``_ControlLoop`` runs robosuite's arithmetic with less Python around it; what is left is still
+``ControlLoop`` runs robosuite's arithmetic with less Python around it; what is left is still
 Python: per physics step about thirty numpy calls, three calls into robosuite's numba-compiled
 controller functions and several into MuJoCo, and at the policy step about a hundred numpy calls
 for the robot's buffers. Here an env step runs in two compiled functions (``begin_step``, then
@@ -31,7 +31,7 @@ foreground), and the Python loop, the same arithmetic bit for bit, serves until 
 first step does not wait (``FASTENV_COMPILE``: ``background``, the default, or ``inline``: the
 first step compiles them and waits, saying so on stderr past 2 s).
 
-Before an env uses them, ``_ControlLoop`` evaluates the controller, and ``PolicyStep`` the policy
+Before an env uses them, ``ControlLoop`` evaluates the controller, and ``PolicyStep`` the policy
 step, both ways at the env's live state and compares the torques and everything they leave, bit
 for bit; a difference (a numpy, BLAS or robosuite build whose arithmetic ``machine_facts`` does not
 recognize) and the env keeps the Python loop.
@@ -53,7 +53,14 @@ from typing import Any
 import numpy as np
 
 from fastenv.backends.libero import machine_facts
-from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, FULLM_WITH_INERTIA, facts, mujoco_library, step_aside
+from fastenv.backends.libero.mujoco_facts import (
+    FULLM_WITH_DATA,
+    FULLM_WITH_INERTIA,
+    facts,
+    mujoco_library,
+    step_aside,
+)
+from fastenv.core.fast_paths import FastPath
 
 _KERNEL: Any = None  # None: not built yet; False: unavailable in this process
 
@@ -296,7 +303,7 @@ def kernel() -> Kernel | None:
         except Exception as error:  # numba missing or too old, a symbol not found: the Python loop serves
             built = f"it could not be built ({type(error).__name__}: {error})"
         if isinstance(built, str):
-            step_aside("the compiled control loop", f"{built}; the Python control loop (the same arithmetic) runs")
+            step_aside(f"the {FastPath.COMPILED_CONTROL_LOOP}", f"{built}; the Python control loop (the same arithmetic) runs")
             built = False
         _KERNEL = built
     return _KERNEL or None

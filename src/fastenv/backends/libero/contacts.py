@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fastenv.backends.libero.mujoco_facts import step_aside
+from fastenv.core.fast_paths import FastPath
 
 
 class ContactCheck:
@@ -75,7 +76,7 @@ def install(raw: Any) -> None:
         return
     method = type(raw).check_contact
     if method.__qualname__ != "MujocoEnv.check_contact" or not method.__module__.startswith("robosuite."):
-        step_aside("the contact check by geom id", f"it reproduces robosuite's MujocoEnv.check_contact, this env's is {method.__qualname__}")
+        step_aside(f"the {FastPath.CONTACT_CHECK_BY_GEOM_ID}", f"it reproduces robosuite's MujocoEnv.check_contact, this env's is {method.__qualname__}")
         return
     raw.check_contact = ContactCheck(raw)
 

@@ -9,11 +9,17 @@ import numpy as np
 
 from fastenv.backends.libero.compiled import kernel as compiled_kernel
 from fastenv.backends.libero.compiled import ready as compiled_ready
-from fastenv.backends.libero.mujoco_facts import FULLM_WITH_DATA, facts, step_aside, update_form
+from fastenv.backends.libero.mujoco_facts import (
+    FULLM_WITH_DATA,
+    facts,
+    step_aside,
+    update_form,
+)
 from fastenv.backends.libero.policy_step import PolicyStep
+from fastenv.core.fast_paths import FastPath
 
 
-class _ControlLoop:
+class ControlLoop:
     """robosuite's physics loop of one env step (``sim.forward``, ``_pre_action``, ``sim.step``
     per physics step) for one arm with an operational-space controller and a gripper, doing the
     same arithmetic with less around it.
@@ -79,7 +85,7 @@ class _ControlLoop:
         self._gripper_steps: dict[tuple[Any, ...], np.ndarray] = {}  # (speed, sign of the action) -> the gripper's step
 
     @classmethod
-    def build(cls, raw: Any, compiled: bool = True) -> _ControlLoop | None:
+    def build(cls, raw: Any, compiled: bool = True) -> ControlLoop | None:
         """The loop for ``raw``, or None where robosuite's own loop must run (other robots,
         controllers or controller updates than this loop reproduces)."""
         path = "the fast control loop"
@@ -112,15 +118,15 @@ class _ControlLoop:
         """Whether MuJoCo's split step (``mj_step1``, ``mj_step2``) is its whole step here."""
         integrator = self._option.integrator  # (model.opt makes a new wrapper at each access)
         if integrator == _RK4 or self.mujoco.get_mjcb_control() is not None:
-            step_aside("the fast control loop", "mj_step is not mj_step1 then mj_step2 here (the RK4 integrator, or a control callback)")
+            step_aside(f"the {FastPath.FAST_CONTROL_LOOP}", "mj_step is not mj_step1 then mj_step2 here (the RK4 integrator, or a control callback)")
             return False
         if integrator in _IMPLICIT and not facts().has_implicit:
-            step_aside("the fast control loop", f"MuJoCo {facts().version} does not bind mj_implicit (the implicit integrators' stage)")
+            step_aside(f"the {FastPath.FAST_CONTROL_LOOP}", f"MuJoCo {facts().version} does not bind mj_implicit (the implicit integrators' stage)")
             return False
         if self._split_checked is None:
             self._split_checked = self._split_is_whole()
             if not self._split_checked:
-                step_aside("the fast control loop", f"MuJoCo {facts().version}'s step split in two (mj_step1, mj_step2; or a "
+                step_aside(f"the {FastPath.FAST_CONTROL_LOOP}", f"MuJoCo {facts().version}'s step split in two (mj_step1, mj_step2; or a "
                                                     "forward pass then the rest) differs from its whole mj_step in the last bits here")
         return self._split_checked
 

@@ -18,7 +18,7 @@ process saying why (``step_aside``). What the bindings of MuJoCo 2.3.7 and 3.0.0
   sizes are always asked of ``mj_stateSize``.
 - MuJoCo's step split where a controller goes (``mj_step1``, ``mj_step2``) differs from its whole
   ``mj_step`` in the last bits on 2.3.7 and 3.0 to 3.2, not from 3.3: the control loop checks
-  this once per model (``control._ControlLoop._split_is_whole``) and steps aside where it differs.
+  this once per model (``control.ControlLoop._split_is_whole``) and steps aside where it differs.
 
 Each distribution's stack is checked against its own ``OffScreenRenderEnv`` by
 ``fastenv conform libero`` (``docs/backends/libero-stacks.md``, ``results/libero_stacks.json``).

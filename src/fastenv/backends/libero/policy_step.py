@@ -128,7 +128,7 @@ class PolicyStep:
 
     def run(self, kernel: Any, args: tuple[Any, ...], rest: tuple[Any, ...], action: np.ndarray) -> None:
         """After ``set_goal``: the rest of ``robot.control(action, policy_step=True)``, compiled.
-        ``args`` are ``_ControlLoop._control_args``, ``rest`` its ``_actuator_args``."""
+        ``args`` are ``ControlLoop._control_args``, ``rest`` its ``_actuator_args``."""
         robot = self.robot
         kernel.policy_step(*args, *rest[:9], *self.arguments(), False)
         out, k = self._pending[0], self._pending[2]

@@ -6,7 +6,6 @@ import contextlib
 import difflib
 import io
 import logging
-
 import os
 import sys
 from collections.abc import Iterator
@@ -68,7 +67,7 @@ def quiet_robosuite_import() -> None:
 
 
 @contextlib.contextmanager
-def _without_task_order_line() -> Iterator[None]:
+def without_task_order_line() -> Iterator[None]:
     """LIBERO's benchmark classes print "[info] Applying task order index 0 (permutation: ...)"
     each time one is built (the default order, which fastenv's task ids follow): that line is
     dropped, anything else they print passes."""
@@ -81,7 +80,7 @@ def _without_task_order_line() -> Iterator[None]:
         sys.stdout.write("".join(kept))
 
 
-def _libero() -> SimpleNamespace:
+def import_libero() -> SimpleNamespace:
     """Import LIBERO lazily, after choosing the OpenGL platform (from ``package()``)."""
     import importlib
 
@@ -114,13 +113,13 @@ class LiberoTask:
     @classmethod
     def load(cls, suite: str, task_id: int) -> LiberoTask:
         """Look up ``task_id`` of ``suite``; unknown names and ids raise ValueError."""
-        lib = _libero()
+        lib = import_libero()
         suites = lib.benchmark.get_benchmark_dict()
         if suite not in suites:
             close = difflib.get_close_matches(str(suite).lower(), list(suites), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}available suites: {sorted(suites)}")
-        with _without_task_order_line():
+        with without_task_order_line():
             bench = suites[suite]()
         if isinstance(task_id, bool) or not isinstance(task_id, (int, np.integer)):
             raise TypeError(f"task_id must be an integer, got {task_id!r}")
@@ -140,7 +139,7 @@ class LiberoTask:
         Examples:
             >>> stock = LiberoTask.load("libero_10", 0).stock_env(camera_size=64)
         """
-        return _libero().OffScreenRenderEnv(bddl_file_name=self.bddl_file, camera_heights=camera_size, camera_widths=camera_size, **kwargs)
+        return import_libero().OffScreenRenderEnv(bddl_file_name=self.bddl_file, camera_heights=camera_size, camera_widths=camera_size, **kwargs)
 
     def state_keys(self) -> list[str]:
         """The task's state observation keys, read from its BDDL file (no simulator is built).
@@ -148,7 +147,7 @@ class LiberoTask:
         LIBERO's Panda has these proprio sensors; every movable object has a pose and a pose
         relative to the gripper; ``<modality>-state`` concatenates a modality's sensors.
         """
-        problem = _libero().bddl_utils.robosuite_parse_problem(self.bddl_file)
+        problem = import_libero().bddl_utils.robosuite_parse_problem(self.bddl_file)
         objects = [name for names in problem["objects"].values() for name in names]
         per_object = ("pos", "quat", "to_robot0_eef_pos", "to_robot0_eef_quat")
         return [*PROPRIO_KEYS, *(f"{obj}_{kind}" for obj in objects for kind in per_object), "object-state", "robot0_proprio-state"]
@@ -164,7 +163,7 @@ IMAGE_KINDS = ("image", "depth", *(f"segmentation_{level}" for level in SEGMENTA
 def check_keys_before_building(task: LiberoTask, keys: list[str]) -> None:
     """Refuse unknown keys before the simulator is built (seconds): state keys must be the task's;
     an image key's camera is checked once the model is built (its cameras are the model's)."""
-    from fastenv.backends.base import check_known_keys
+    from fastenv.core.protocol import check_known_keys
 
     images = {k for k in keys if any(k.endswith(f"_{kind}") and len(k) > len(kind) + 1 for kind in IMAGE_KINDS)}
     others = [k for k in keys if k not in images]

@@ -9,16 +9,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fastenv.backends.base import Info, ObsType
 from fastenv.backends.maniskill.observations import (
     GROUPS,
     _Selection,
-    _space_for,
-    _terminated,
     extract,
+    space_for,
+    terminated_of,
 )
-from fastenv.backends.maniskill.task import FRAME_RENDER_MODES, _close_viewer
-
+from fastenv.backends.maniskill.task import FRAME_RENDER_MODES, close_viewer
+from fastenv.core.protocol import Info, ObsType
 
 CAPTURES = frozenset({"render", "state"})
 
@@ -33,11 +32,11 @@ def check_capture(capture: Sequence[str], base: Any) -> frozenset[str]:
     return frozenset(capture)
 
 
-def _row(value: Any, scalars: bool = True) -> Any:
+def one_row(value: Any, scalars: bool = True) -> Any:
     """Row 0 of a batched ManiSkill value, as numpy; 0-d values as Python scalars (infos), or with
     ``scalars=False`` as 0-d arrays of their own dtype (observations, whose space says the dtype)."""
     if isinstance(value, Mapping):
-        return {key: _row(item, scalars) for key, item in value.items()}
+        return {key: one_row(item, scalars) for key, item in value.items()}
     if hasattr(value, "detach"):
         value = value.detach().cpu()
         if value.ndim == 0:
@@ -109,9 +108,9 @@ class ManiSkillAdapter:
 
     def _captured(self, info: dict[str, Any], *, reset: bool) -> dict[str, Any]:
         if "render" in self.capture and not reset:
-            info["render"] = _row(self.base.render())
+            info["render"] = one_row(self.base.render())
         if "state" in self.capture:
-            info["env_state"] = _row(self.base.get_state_dict())
+            info["env_state"] = one_row(self.base.get_state_dict())
             if reset:
                 info["episode_seed"] = int(np.asarray(self.base._episode_seed).reshape(-1)[0])
         return info
@@ -126,23 +125,23 @@ class ManiSkillAdapter:
         missing = [k for k in self.keys if k not in self._spaces or k in GROUPS]
         if missing:
             sample = extract(self.base.get_obs(self._info), missing, self._selection.cameras)
-            self._spaces.update({k: _space_for(v) for k, v in sample.items()})
+            self._spaces.update({k: space_for(v) for k, v in sample.items()})
         self.observation_space = spaces.Dict({k: self._spaces[k] for k in self.keys})
 
     def make_headless(self, render_mode: str | None) -> None:
-        _close_viewer(self.base)
+        close_viewer(self.base)
         if render_mode == "rgb_array" and self.base.render_mode not in FRAME_RENDER_MODES:
             raise ValueError(f"this ManiSkill env was built with render_mode={self.base.render_mode!r}; it cannot render frames (build it with 'rgb_array')")
         self.render_mode = render_mode
 
     # -- episode ---------------------------------------------------------------------------------
     def _observation(self, raw: Any) -> dict[str, np.ndarray]:
-        return {key: _row(value, scalars=False) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
+        return {key: one_row(value, scalars=False) for key, value in extract(raw, self.keys, self._selection.cameras).items()}
 
     def reset(self, *, seed: int | None, options: Mapping[str, Any] | None, rng: np.random.Generator) -> tuple[ObsType, Info]:
         raw, info = self.base.reset(seed=seed, options=None if options is None else dict(options))
         self._info = self.base.get_info()
-        info = _row(info)
+        info = one_row(info)
         return self._observation(raw), self._captured(info, reset=True) if self.capture else info
 
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
@@ -153,9 +152,9 @@ class ManiSkillAdapter:
         info = base.get_info()
         reward = base.get_reward(obs=None, action=applied, info=info)
         self._info = info
-        terminated = not self.ignore_terminations and bool(_terminated(info, 1, base.device)[0])
-        info = _row(info)
-        return float(_row(reward)), terminated, False, self._captured(info, reset=False) if self.capture else info
+        terminated = not self.ignore_terminations and bool(terminated_of(info, 1, base.device)[0])
+        info = one_row(info)
+        return float(one_row(reward)), terminated, False, self._captured(info, reset=False) if self.capture else info
 
     def observe(self) -> ObsType:
         return self._observation(self.base.get_obs(self._info))
@@ -163,14 +162,14 @@ class ManiSkillAdapter:
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, Info]:
         raw, reward, terminated, _, info = self.base.step(_action(action))
         self._info = info
-        terminated = not self.ignore_terminations and bool(_row(terminated))
-        info = _row(info)
-        return self._observation(raw), float(_row(reward)), terminated, False, self._captured(info, reset=False) if self.capture else info
+        terminated = not self.ignore_terminations and bool(one_row(terminated))
+        info = one_row(info)
+        return self._observation(raw), float(one_row(reward)), terminated, False, self._captured(info, reset=False) if self.capture else info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None
-        return _row(self.base.render())
+        return one_row(self.base.render())
 
     def close(self) -> None:
         if self.owned:

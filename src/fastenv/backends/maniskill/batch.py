@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fastenv.backends.maniskill.adapter import check_capture
-from fastenv.backends.maniskill.observations import _space_for, _terminated, extract
+from fastenv.backends.maniskill.observations import extract, space_for, terminated_of
 from fastenv.core.arrays import take_rows
 
 
@@ -156,7 +156,7 @@ class ManiSkillBatch:
         self._info: Mapping[str, Any] = base.get_info()
         self._held = _HeldTargets(base)
         self.full_obs = extract(base.get_obs(self._info), self.keys, self.cameras)
-        self.single_observation_space = spaces.Dict({k: _space_for(v) for k, v in self.full_obs.items()})
+        self.single_observation_space = spaces.Dict({k: space_for(v) for k, v in self.full_obs.items()})
         self.capture: frozenset[str] = frozenset()  # what infos also carry for a recorder (set_capture)
 
     def set_capture(self, capture: Sequence[str]) -> None:
@@ -272,7 +272,7 @@ class ManiSkillBatch:
         reward = torch.as_tensor(base.get_reward(obs=None, action=applied, info=info), device=self.device).to(torch.float64)
         self._info = info
         self._env_steps[rows] += 1
-        terminated = _terminated(info, self.num_envs, self.device)[rows]
+        terminated = terminated_of(info, self.num_envs, self.device)[rows]
         if self.ignore_terminations:
             terminated = torch.zeros_like(terminated)
         truncated = torch.zeros_like(terminated)

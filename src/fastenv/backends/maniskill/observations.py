@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from fastenv.backends.base import check_known_keys
+from fastenv.core.protocol import check_known_keys
 
 TEXTURES = ("rgb", "depth", "segmentation", "position", "normal", "albedo")
 # The groups of a visual obs mode's raw observation (ManiSkill's ``_get_obs_with_sensor_data``),
@@ -211,11 +211,11 @@ class _Selection:
             self.base.obs_mode_struct.state = self.state
 
 
-def _space_for(batch: Any) -> spaces.Space:
+def space_for(batch: Any) -> spaces.Space:
     """The single-env space of a batched value: a Box, or a Dict in the value's own order."""
     if isinstance(batch, Mapping):
         # ManiSkill flattens a group in its dict order: a sorted Dict would reorder the state
-        return spaces.Dict([(key, _space_for(value)) for key, value in batch.items()])
+        return spaces.Dict([(key, space_for(value)) for key, value in batch.items()])
     return _box_for(batch)
 
 
@@ -230,7 +230,7 @@ def _box_for(batch: Any) -> spaces.Box:
     return spaces.Box(-np.inf, np.inf, shape, dtype)
 
 
-def _terminated(info: Mapping[str, Any], n: int, device: Any) -> Any:
+def terminated_of(info: Mapping[str, Any], n: int, device: Any) -> Any:
     import torch
 
     out = torch.zeros(n, dtype=torch.bool, device=device)

@@ -48,7 +48,7 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _maniskill() -> Any:
+def maniskill_registry() -> Any:
     configure_vulkan()
     require("mani_skill", "maniskill", "ManiSkill3 (the PyPI package mani-skill)")
     import mani_skill.envs  # noqa: F401  (registers the tasks)
@@ -117,7 +117,7 @@ def build(
     **env_kwargs: Any,
 ) -> gym.Env:
     """A ManiSkill task built lean: only the kept textures and cameras, no human-render camera unless asked."""
-    registered = _maniskill()
+    registered = maniskill_registry()
     if env_id not in registered:
         raise ValueError(f"unknown ManiSkill env_id {env_id!r}; known: {sorted(registered)}")
     spec = registered[env_id]
@@ -158,7 +158,7 @@ class _Pruned:
 
 
 # -- a built env -----------------------------------------------------------------------------------
-def _registered_max_steps(env: gym.Env) -> int | None:
+def registered_max_steps(env: gym.Env) -> int | None:
     current = env
     while current is not None:
         for name in ("_max_episode_steps", "max_episode_steps"):
@@ -170,7 +170,7 @@ def _registered_max_steps(env: gym.Env) -> int | None:
     return getattr(spec, "max_episode_steps", None)
 
 
-def _close_viewer(base: Any) -> None:
+def close_viewer(base: Any) -> None:
     if getattr(base, "_viewer", None) is not None:
         base._viewer.close()
         base._viewer = None

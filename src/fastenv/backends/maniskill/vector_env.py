@@ -13,13 +13,17 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._validation import check_positive_int
-from fastenv.backends.base import KEEP
 from fastenv.backends.maniskill.batch import ManiSkillBatch
 from fastenv.backends.maniskill.observations import _Selection
-from fastenv.backends.maniskill.task import FRAME_RENDER_MODES, _close_viewer, _registered_max_steps
+from fastenv.backends.maniskill.task import (
+    FRAME_RENDER_MODES,
+    close_viewer,
+    registered_max_steps,
+)
 from fastenv.core.arrays import view_row
 from fastenv.core.executor import Executor
-from fastenv.wrappers.action import chunk_space
+from fastenv.core.protocol import KEEP
+from fastenv.core.spaces import chunk_space
 
 
 class ManiSkillVectorEnv(VectorEnv):
@@ -81,9 +85,9 @@ class ManiSkillVectorEnv(VectorEnv):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.render_mode = ("rgb_array" if base.render_mode in FRAME_RENDER_MODES else None) if render_mode == KEEP else render_mode
         if max_episode_steps is None:
-            max_episode_steps = _registered_max_steps(env)
+            max_episode_steps = registered_max_steps(env)
         max_episode_steps = None if max_episode_steps is None else check_positive_int("max_episode_steps", max_episode_steps)
-        _close_viewer(base)
+        close_viewer(base)
         selection = _Selection(base)
         self.keys = selection.select(modalities)
         if self.pipeline_stages > 1:

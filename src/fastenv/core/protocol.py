@@ -1,4 +1,10 @@
-"""The protocol a simulator adapter implements, and the generic adapter for any Gymnasium env."""
+"""The protocols a simulator adapter implements, and the generic adapter for any Gymnasium env.
+
+``SimulatorAdapter`` is what every adapter must have. The capabilities below it are optional,
+and each is what ``SimEnv`` asks of an adapter that has it: ``ReportsFastPaths`` (which fast
+paths serve), ``RendersAtRate`` (frames per second of its videos), ``SharesWorld`` (envs that
+advance one physics world together), ``ObservesKeys`` (an observation of chosen keys).
+"""
 
 from __future__ import annotations
 
@@ -69,6 +75,63 @@ class SimulatorAdapter(Protocol):
     def close(self) -> None:
         """Release the simulator; calling it twice is allowed."""
         ...
+
+
+@runtime_checkable
+class ReportsFastPaths(Protocol):
+    """An adapter with fast paths of its own says which serve now (``SimEnv.fast_paths``)."""
+
+    def fast_paths(self) -> Mapping[str, bool]:
+        """Each fast path (a ``FastPath``) and whether it serves this env now."""
+        ...
+
+
+@runtime_checkable
+class RendersAtRate(Protocol):
+    """An adapter whose frames have a rate of their own (``SimEnv.metadata["render_fps"]``)."""
+
+    render_fps: int
+
+
+@runtime_checkable
+class SharesWorld(Protocol):
+    """An adapter whose envs live in one physics world that advances as a whole (``shared_physics``).
+
+    A sub-step is split in three so a batch of envs advances the world once: ``set_action`` (this
+    env's action), ``advance_world`` (one step of the world, every env in it), ``evaluate`` (this
+    env's reward and termination). ``base_physics_dt`` and ``set_physics_dt`` let a vector env
+    rescale the world's step for its pipeline stages.
+    """
+
+    base_physics_dt: float
+
+    def set_physics_dt(self, dt: float) -> None:
+        """Set the world's physics step (seconds)."""
+        ...
+
+    def set_action(self, action: Any) -> None:
+        """Apply this env's action; the world advances later."""
+        ...
+
+    def advance_world(self) -> None:
+        """One step of the shared world, for every env in it."""
+        ...
+
+    def evaluate(self) -> tuple[float, bool, bool, Info]:
+        """This env's side of the world step: (reward, terminated, truncated, info)."""
+        ...
+
+
+@runtime_checkable
+class ObservesKeys(Protocol):
+    """An adapter that produces an observation of chosen keys on demand (the frameworks' drop-ins)."""
+
+    def observe(self, keys: Sequence[str] | None = None) -> ObsType:
+        """The observation of ``keys`` now (None: the selected keys)."""
+        ...
+
+
+ADAPTER_CAPABILITIES = (ReportsFastPaths, RendersAtRate, SharesWorld, ObservesKeys)
 
 
 @runtime_checkable

@@ -33,11 +33,8 @@ class Backend:
         return getattr(importlib.import_module(module), attr)
 
 
-_BACKENDS: list[Backend] = [
-    Backend("libero", ("libero.libero.envs.env_wrapper.ControlEnv", "liberopro.liberopro.envs.env_wrapper.ControlEnv",
-                       "liberoplus.liberoplus.envs.env_wrapper.ControlEnv"), "fastenv.backends.libero:adopt"),
-    Backend("maniskill", ("mani_skill.envs.sapien_env.BaseEnv",), "fastenv.backends.maniskill:adopt"),
-]
+# Users' entries first (register_backend), then fastenv's own (register_builtin, from fastenv.envs).
+_BACKENDS: list[Backend] = []
 
 
 def qualified_name(cls: type) -> str:
@@ -56,6 +53,12 @@ def register_backend(name: str, types: Sequence[type | str], adopt: str | Callab
     if not names:
         raise ValueError("register_backend needs at least one type")
     _BACKENDS.insert(0, Backend(name, names, adopt))
+
+
+def register_builtin(name: str, types: Sequence[str], adopt: str | Callable[..., Any]) -> None:
+    """Add one of fastenv's own backends after every user's entry (once per name)."""
+    if not any(backend.name == name for backend in _BACKENDS):
+        _BACKENDS.append(Backend(name, tuple(types), adopt))
 
 
 def find_backend(env: Any) -> Backend | None:

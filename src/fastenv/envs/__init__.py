@@ -1,4 +1,11 @@
-"""Gymnasium ids of the fastenv envs; entry points are strings so nothing heavy is imported.
+"""The assembly layer: fastenv's Gymnasium ids, and the envs they build from the layers below.
+
+Every backend is assembled here the same way: the backend's ``make_sim`` builds one env's
+``SimEnv`` (``fastenv.backends``), ``fastenv.wrap`` puts fastenv's wrappers on it
+(``fastenv.wrappers``), and ``make_pipeline`` runs N of them in workers (``fastenv.vector``). A
+module per backend holds its entry points (``libero``, ``maniskill``, ``behavior``); the table
+below registers them, and the backends that adopt envs someone already built (``fastenv.wrap``).
+Entry points are strings so nothing heavy is imported.
 
 ``gym.make(id, max_episode_steps=N)`` keeps ``N`` to itself: it never reaches the entry point, and
 Gymnasium's ``TimeLimit`` counts actions, which for a chunked env are chunks of K simulator steps.
@@ -12,37 +19,58 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import gymnasium as gym
 
+from fastenv.core.registry import register_builtin
+from fastenv.vector import VECTOR_OPTIONS, BatchedEnv
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """One backend's line: its Gymnasium id, the module of its entry points, what it adopts."""
+
+    env_id: str
+    module: str  # holds make_env (and make_vec when the backend vectorizes)
+    vector: bool = True
+    gl: bool = False  # renders with OpenGL in the env's process (a forked copy of a context deadlocks)
+    adopts: tuple[str, ...] = ()  # qualified class names that fastenv.wrap hands to the backend's adopt
+    adopt: str | None = None
+
+
 BACKENDS = {
-    "fastenv/Libero-v0": "fastenv.backends.libero",
-    "fastenv/Behavior-v0": "fastenv.backends.behavior",
-    "fastenv/ManiSkill-v0": "fastenv.backends.maniskill",
+    "libero": BackendEntry(
+        "fastenv/Libero-v0", "fastenv.envs.libero", gl=True,
+        adopts=("libero.libero.envs.env_wrapper.ControlEnv", "liberopro.liberopro.envs.env_wrapper.ControlEnv",
+                "liberoplus.liberoplus.envs.env_wrapper.ControlEnv"),
+        adopt="fastenv.backends.libero:adopt",
+    ),
+    "behavior": BackendEntry("fastenv/Behavior-v0", "fastenv.envs.behavior", vector=False),
+    "maniskill": BackendEntry(
+        "fastenv/ManiSkill-v0", "fastenv.envs.maniskill",
+        adopts=("mani_skill.envs.sapien_env.BaseEnv",), adopt="fastenv.backends.maniskill:adopt",
+    ),
 }
-# Backends that render with OpenGL in the env's process (a forked copy of a context deadlocks).
-GL_BACKENDS = ("fastenv/Libero-v0",)
-ENV_IDS = {
-    "fastenv/Libero-v0": ("fastenv.registration:make_libero", "fastenv.backends.libero:make_vec"),
-    "fastenv/Behavior-v0": ("fastenv.registration:make_behavior", None),
-    "fastenv/ManiSkill-v0": ("fastenv.registration:make_maniskill", "fastenv.backends.maniskill:make_vec"),
-}
+_BY_ID = {entry.env_id: entry for entry in BACKENDS.values()}
 
 
 def register_envs() -> None:
-    """Register the fastenv ids with Gymnasium (idempotent)."""
-    for env_id, (entry_point, vector_entry_point) in ENV_IDS.items():
-        if env_id not in gym.registry:
+    """Register the fastenv ids with Gymnasium, and the backends that adopt built envs (idempotent)."""
+    for name, entry in BACKENDS.items():
+        if entry.env_id not in gym.registry:
             # No passive checker: with num_envs the env is batched (array rewards), which it would
             # warn about; check_env still passes on the single env.
             gym.register(
-                id=env_id,
-                entry_point=entry_point,
-                vector_entry_point=vector_entry_point,
+                id=entry.env_id,
+                entry_point=f"fastenv.envs:make_{name}",
+                vector_entry_point=f"{entry.module}:make_vec" if entry.vector else None,
                 disable_env_checker=True,
             )
+        if entry.adopt is not None:
+            register_builtin(name, entry.adopts, entry.adopt)
 
 
 def gym_make_time_limit(frame: FrameType | None) -> int | None:
@@ -75,7 +103,8 @@ def forking_async_vector_env(frame: FrameType | None) -> bool:
 
 
 def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
-    if env_id in GL_BACKENDS and forking_async_vector_env(frame):
+    entry = _BY_ID[env_id]
+    if entry.gl and forking_async_vector_env(frame):
         raise ValueError(
             f"gym.make_vec({env_id!r}, vectorization_mode='async') forks its workers after building an env here, "
             "and an OpenGL (EGL) context does not survive fork: they would hang. Use gym.make_vec(id, num_envs=N) "
@@ -83,11 +112,9 @@ def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
             "AsyncVectorEnv with vector_kwargs={'context': 'spawn'} (and the main guard, "
             "if __name__ == '__main__':); vectorization_mode='sync' runs the envs in this process"
         )
-    make_env = importlib.import_module(BACKENDS[env_id]).make_env
+    make_env = importlib.import_module(entry.module).make_env
     limit = gym_make_time_limit(frame)
     if limit is not None:
-        from fastenv.vector.factory import VECTOR_OPTIONS
-
         if kwargs.get("num_envs") is not None or any(key in kwargs for key in VECTOR_OPTIONS):
             raise _batched_time_limit(env_id, limit)
         kwargs["max_episode_steps"] = limit
@@ -99,8 +126,6 @@ def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
 
 
 def _is_batched(env: Any) -> bool:
-    from fastenv.vector.batched import BatchedEnv
-
     return isinstance(env.unwrapped, BatchedEnv)
 
 
@@ -114,18 +139,18 @@ def _batched_time_limit(env_id: str, limit: int) -> ValueError:
 
 
 def make_libero(**kwargs: Any) -> Any:
-    """``gym.make("fastenv/Libero-v0", ...)``: ``fastenv.backends.libero.make_env``, with ``gym.make``'s
+    """``gym.make("fastenv/Libero-v0", ...)``: ``fastenv.envs.libero.make_env``, with ``gym.make``'s
     ``max_episode_steps`` passed on (simulator steps)."""
     return _entry("fastenv/Libero-v0", sys._getframe(1), kwargs)
 
 
 def make_maniskill(**kwargs: Any) -> Any:
-    """``gym.make("fastenv/ManiSkill-v0", ...)``: ``fastenv.backends.maniskill.make_env``, with
+    """``gym.make("fastenv/ManiSkill-v0", ...)``: ``fastenv.envs.maniskill.make_env``, with
     ``gym.make``'s ``max_episode_steps`` passed on (simulator steps)."""
     return _entry("fastenv/ManiSkill-v0", sys._getframe(1), kwargs)
 
 
 def make_behavior(**kwargs: Any) -> Any:
-    """``gym.make("fastenv/Behavior-v0", ...)``: ``fastenv.backends.behavior.make_env``, with
+    """``gym.make("fastenv/Behavior-v0", ...)``: ``fastenv.envs.behavior.make_env``, with
     ``gym.make``'s ``max_episode_steps`` passed on (OmniGibson's own timeout)."""
     return _entry("fastenv/Behavior-v0", sys._getframe(1), kwargs)

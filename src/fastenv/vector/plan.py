@@ -1,4 +1,6 @@
-"""Layout plans: the layout ``tune`` chose and the evidence for it, saved as JSON, run by a vector env."""
+"""Layout plans a vector env runs: a layout (``Candidate``) and, once chosen, the evidence for it
+(``Plan``), saved as JSON. ``fastenv.tuning`` makes them; the vector env only reads them.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +10,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastenv.tuning.space import Candidate
-
 PLAN_FORMAT = 1
 DEFAULT_SPIN_WAIT = 2e-4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout of N envs: W workers, S stages or dynamic batching (B, T), threads per worker."""
+
+    num_workers: int
+    pipeline_stages: int = 1
+    max_batch: int | None = None  # dynamic batching when set (then pipeline_stages is 1)
+    timeout: float | None = None
+    threads_per_worker: int = 1
+
+    @property
+    def mode(self) -> str:
+        """"step" (all envs at once), "pipeline" (S stages) or "dynamic" (batching as envs get ready)."""
+        if self.max_batch is not None:
+            return "dynamic"
+        return "pipeline" if self.pipeline_stages > 1 else "step"
+
+    @property
+    def label(self) -> str:
+        if self.mode == "dynamic":
+            how = f"dynamic B={self.max_batch} T={self.timeout * 1000:g}ms"
+        elif self.mode == "pipeline":
+            how = f"{self.pipeline_stages} stages"
+        else:
+            how = "step"
+        return f"W={self.num_workers} {how} threads={self.threads_per_worker}"
 
 
 @dataclass
@@ -101,3 +129,20 @@ def resolve_layout(layout: Any) -> Plan:
     if isinstance(layout, (str, Path)):
         return Plan.load(layout)
     raise TypeError(f"layout must be 'auto', a fastenv.tuning.Plan, a dict or a path to a plan's JSON; got {layout!r}")
+
+
+def read_plan(layout: Any, num_envs: int) -> Plan:
+    """The plan ``layout`` (a plan, its dict or its JSON's path) names, checked to be for ``num_envs`` envs.
+
+    Examples:
+        >>> plan = read_plan("plan.json", 8)
+    """
+    if isinstance(layout, str) and layout == "auto":
+        raise ValueError(
+            "layout='auto' tunes a layout first, which the vector env does not do itself: pass "
+            "layout_resolver=fastenv.tuning.plan_for, or build through gym.make_vec(..., layout='auto')"
+        )
+    plan = resolve_layout(layout)
+    if plan.num_envs != num_envs:
+        raise ValueError(f"the layout plan is for num_envs={plan.num_envs}, got {num_envs} env constructors")
+    return plan
