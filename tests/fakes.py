@@ -402,3 +402,29 @@ class NoisyEnv(RandomLengthEnv):
         noise = self.np_random.normal(0.0, 0.1, 3).astype(np.float32)
         obs, reward, terminated, truncated, info = super().step(np.asarray(action, np.float32) + noise)
         return obs, reward, terminated, truncated, {**info, "draw": float(self.np_random.random())}
+
+
+class SpaceEnv(gym.Env):
+    """Observes samples of ``observation_space`` (drawn from the env's seeded generator); checks
+    that each action it gets is in ``action_space``; terminates after ``length`` steps if given."""
+
+    def __init__(self, observation_space, action_space=None, length=None):
+        self.observation_space = observation_space
+        self.action_space = observation_space if action_space is None else action_space
+        self.length = length
+        self.t = 0
+
+    def _draw(self):
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        return self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        assert action in self.action_space, f"action {action!r} is not in {self.action_space}"
+        self.t += 1
+        terminated = self.length is not None and self.t >= self.length
+        return self._draw(), float(self.t), terminated, False, {}

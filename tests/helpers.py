@@ -1,6 +1,9 @@
 """Assertions shared by the vector-env tests."""
 
+import contextlib
+
 import numpy as np
+import pytest
 
 
 def assert_same(a, b, where=""):
@@ -150,3 +153,20 @@ def commit_seed() -> int:
     from fastenv.conformance import sample_seed
 
     return int(hashlib.sha256(sample_seed().encode()).hexdigest(), 16) % (2**32)
+
+
+class Contracts:
+    """Checks run one after another, each failure recorded (one LIBERO build serves them all)."""
+
+    def __init__(self):
+        self.broken = []
+
+    @contextlib.contextmanager
+    def check(self, name):
+        try:
+            yield
+        except (Exception, pytest.fail.Exception) as exc:
+            self.broken.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+    def assert_all_held(self):
+        assert not self.broken, "contracts broken:\n" + "\n".join(self.broken)

@@ -123,6 +123,48 @@ def test_compat_doors_serve_the_public_entry_points():
         libero.nothing_here  # noqa: B018
 
 
+DOOR_NAMES = {"make_env", "make_vec", "make_cpu_env"}
+
+
+def _door_uses(module: str) -> list[str]:
+    """Where ``module`` takes a compat door: a door name imported from, or read off, a backend module."""
+    tree = ast.parse(MODULES[module].read_text())
+    aliases, uses = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in COMPAT_DOORS:
+                    aliases.add(alias.asname or alias.name)
+                elif node.module in COMPAT_DOORS and alias.name in DOOR_NAMES:
+                    uses.append(f"{module}:{node.lineno} imports {full}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in COMPAT_DOORS and alias.asname:
+                    aliases.add(alias.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in DOOR_NAMES:
+            base = node.value
+            dotted = ast.unparse(base)
+            if (isinstance(base, ast.Name) and base.id in aliases) or dotted in COMPAT_DOORS:
+                uses.append(f"{module}:{node.lineno} reads {dotted}.{node.attr}")
+    return uses
+
+
+def test_nothing_inside_fastenv_takes_a_compat_door():
+    uses = [use for module in MODULES if not module.startswith("fastenv.backends") for use in _door_uses(module)]
+    assert uses == []
+
+
+def test_the_door_check_sees_a_door_taken(tmp_path, monkeypatch):
+    fake = tmp_path / "user.py"
+    fake.write_text("from fastenv.backends import maniskill as ms\nfrom fastenv.backends.libero import make_vec\nms.make_cpu_env()\n")
+    monkeypatch.setitem(MODULES, "fastenv.user", fake)
+    assert _door_uses("fastenv.user") == [
+        "fastenv.user:2 imports fastenv.backends.libero.make_vec", "fastenv.user:3 reads ms.make_cpu_env"
+    ]
+
+
 def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     """The check can fail: a core module that imports the vector layer is reported."""
     fake = tmp_path / "fastenv" / "core"

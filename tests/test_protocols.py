@@ -22,6 +22,7 @@ from fastenv.core.protocol import (
     ObservesKeys,
     RendersAtRate,
     ReportsFastPaths,
+    RescalesPhysics,
     SharesWorld,
     SimulatorAdapter,
 )
@@ -46,7 +47,7 @@ def _adapter_classes() -> dict[str, tuple[type, tuple[type, ...]]]:
         "gym": (GymAdapter, ()),
         "libero": (LiberoAdapter, (ReportsFastPaths, RendersAtRate, ObservesKeys)),
         "maniskill": (ManiSkillAdapter, (RendersAtRate,)),
-        "behavior": (BehaviorAdapter, (RendersAtRate, SharesWorld)),
+        "behavior": (BehaviorAdapter, (RendersAtRate, SharesWorld, RescalesPhysics)),
     }
 
 
@@ -110,7 +111,7 @@ def test_simenv_asks_nothing_of_an_adapter_that_no_protocol_declares():
 def test_a_gym_adapter_is_a_simulator_adapter_and_nothing_more():
     adapter = GymAdapter(gym.make("CartPole-v1"))
     assert isinstance(adapter, SimulatorAdapter)
-    assert not any(isinstance(adapter, proto) for proto in (ReportsFastPaths, SharesWorld, RendersAtRate))
+    assert not any(isinstance(adapter, proto) for proto in (ReportsFastPaths, SharesWorld, RescalesPhysics, RendersAtRate))
     adapter.close()
 
 

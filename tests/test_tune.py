@@ -250,8 +250,7 @@ def test_the_vector_env_is_given_its_layout_resolver(tmp_path):
 
     assert not hasattr(fastenv.vector.pipeline, "set_layout_resolver")  # importing the tuner installs nothing
     assert Plan is fastenv.vector.plan.Plan and Candidate is fastenv.vector.plan.Candidate
-    with pytest.raises(ValueError, match=r"layout='auto' tunes .*pass layout_resolver=fastenv\.tuning\.plan_for"):
-        PipelineVectorEnv([cartpole] * 2, layout="auto")
+    assert fastenv.vector.pipeline.DEFAULT_TUNER == "fastenv.tuning:plan_for"  # named, imported only to tune
     calls = []
 
     def resolver(env_fns, layout, tune_options, *, context):
@@ -317,7 +316,7 @@ def test_tune_on_real_workers_writes_a_plan_a_vector_env_runs(tmp_path):
 
 def test_auto_layout_tunes_then_builds():
     options = {"policy_cost": 0.0, "max_trials": 1, "trial_seconds": 0.05, "progress": False, "cpus": 2}
-    with PipelineVectorEnv([cartpole] * 2, layout="auto", tune_options=options, layout_resolver=tuning.plan_for) as envs:
+    with PipelineVectorEnv([cartpole] * 2, layout="auto", tune_options=options) as envs:  # the default tuner
         assert envs.plan is not None and envs.num_workers == envs.plan.num_workers
         assert len(envs.plan.trials) >= 2
         envs.reset(seed=0)

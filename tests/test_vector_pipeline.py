@@ -16,6 +16,7 @@ from fakes import (
     GateEnv,
     NoisyEnv,
     RandomLengthEnv,
+    SpaceEnv,
     make_chunked_fake,
     make_shared_world_env,
 )
@@ -738,7 +739,6 @@ def test_any_use_after_close_raises_closed_environment_error():
         lambda e: e.set_attr("max_len", 3),
         lambda e: e.call("render"),
         lambda e: e.apply(len),
-        lambda e: e.in_flight(),
         lambda e: e.set_pipeline_stages(2),
         lambda e: e.start_profile(),
     ]
@@ -747,6 +747,7 @@ def test_any_use_after_close_raises_closed_environment_error():
             call(envs)
     with pytest.raises(RuntimeError, match="closed"):
         envs.step(np.zeros((2, 3), np.float32))
+    assert envs.in_flight().tolist() == []  # nothing is in flight in a closed env (as before)
     envs.close()
     assert envs.closed
 
@@ -839,21 +840,29 @@ def test_a_worker_runs_action_chunks_in_one_executor_through_their_batch_spec():
     class Logged(ActionChunk):  # a subclass may do more in its step than the executor does
         pass
 
+    class Forwarding:  # a user's wrapper that forwards every attribute: its own step must still run
+        def __init__(self, env):
+            self.env = env
+
+        def __getattr__(self, name):
+            return getattr(self.env, name)
+
     others = [
         [ActionChunk(SimEnv(FakeAdapter()), chunk=3), ActionChunk(SimEnv(FakeAdapter()), chunk=2)],
         [Logged(SimEnv(FakeAdapter()), chunk=3) for _ in range(2)],
         [gym.wrappers.RecordEpisodeStatistics(ActionChunk(SimEnv(FakeAdapter()), chunk=3)) for _ in range(2)],
+        [Forwarding(ActionChunk(SimEnv(FakeAdapter()), chunk=3)) for _ in range(2)],
     ]
     for envs in others:  # each env stepped as it is
         batch, executor = batch_executor(envs)
         assert batch.envs == envs and executor.chunk is None
 
 
-class _ScalarsEnv(gym.Env):
+class _ScalarsEnv(SpaceEnv):
     """Observes samples of a space with Box leaves of shape () (float and integer) and a Discrete;
     episodes of ``length`` steps."""
 
-    observation_space = gym.spaces.Dict(
+    SPACE = gym.spaces.Dict(
         {
             "x": gym.spaces.Box(-1.0, 1.0, (), np.float32),
             "k": gym.spaces.Box(0, 255, (), np.uint8),
@@ -861,25 +870,9 @@ class _ScalarsEnv(gym.Env):
             "v": gym.spaces.Box(-1.0, 1.0, (2,), np.float64),
         }
     )
-    action_space = gym.spaces.Discrete(2)
 
     def __init__(self, space=None, length=2):
-        if space is not None:
-            self.observation_space = space
-        self.length = length
-
-    def _draw(self):
-        self.observation_space.seed(int(self.np_random.integers(2**31)))
-        return self.observation_space.sample()
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._draw(), {}
-
-    def step(self, action):
-        self.t += 1
-        return self._draw(), 0.0, self.t >= self.length, False, {}
+        super().__init__(self.SPACE if space is None else space, gym.spaces.Discrete(2), length)
 
 
 @pytest.mark.parametrize("how", ["step", "stage"])
@@ -924,14 +917,12 @@ class _CustomSpace(gym.Space):
         return isinstance(other, _CustomSpace)
 
 
-class _CustomSpaceEnv(_ScalarsEnv):
+class _CustomSpaceEnv(SpaceEnv):
     def __init__(self, where):
         custom = gym.spaces.Dict({"ok": gym.spaces.Discrete(2), "odd": _CustomSpace()})
-        if where == "observation":
-            self.observation_space = custom
-        else:
-            self.action_space = custom
-        self.length = 2
+        observation = custom if where == "observation" else _ScalarsEnv.SPACE
+        action = custom if where == "action" else gym.spaces.Discrete(2)
+        super().__init__(observation, action, length=2)
 
 
 @pytest.mark.parametrize("where", ["observation", "action"])

@@ -32,15 +32,14 @@ def check_box_action(action: Any, space: spaces.Box, what: str = "action") -> np
     return check_real_array(action, space.shape, what)
 
 
-def check_real_array(action: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
-    """Return ``action`` as a finite real array of ``shape``, else raise ValueError."""
+def check_real_array(action: Any, shape: tuple[int, ...], what: str, wrong_form: type[Exception] = ValueError) -> np.ndarray:
+    """Return ``action`` as a finite real array of ``shape``; a wrong dtype or shape raises
+    ``wrong_form``, a non-finite value ValueError."""
     array = np.asarray(action)
     if array.dtype.kind not in "fiu":
-        raise ValueError(
-            f"{what} must be a real-valued array (float or int), got dtype {array.dtype}"
-        )
+        raise wrong_form(f"{what} must be a real-valued array (float or int), got dtype {array.dtype}")
     if array.shape != shape:
-        raise ValueError(f"{what} must have shape {shape}, got shape {array.shape}")
+        raise wrong_form(f"{what} must have shape {shape}, got shape {array.shape}")
     if array.dtype.kind == "f" and np.count_nonzero(np.isfinite(array)) != array.size:  # (.all() costs more)
         bad = np.argwhere(~np.isfinite(array))[0].tolist()
         raise ValueError(f"{what} must be finite, got {array[tuple(bad)]} at index {tuple(bad)}")
@@ -84,15 +83,7 @@ class BatchTypeError(TypeError, ValueError):
 
 def check_real_batch(actions: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
     """``check_real_array`` for a batch: its wrong dtype or shape raise ``BatchTypeError``."""
-    array = np.asarray(actions)
-    if array.dtype.kind not in "fiu":
-        raise BatchTypeError(f"{what} must be a real-valued array (float or int), got dtype {array.dtype}")
-    if array.shape != shape:
-        raise BatchTypeError(f"{what} must have shape {shape}, got shape {array.shape}")
-    if array.dtype.kind == "f" and np.count_nonzero(np.isfinite(array)) != array.size:  # (.all() costs more)
-        bad = np.argwhere(~np.isfinite(array))[0].tolist()
-        raise ValueError(f"{what} must be finite, got {array[tuple(bad)]} at index {tuple(bad)}")
-    return array
+    return check_real_array(actions, shape, what, BatchTypeError)
 
 
 def batch_action_checker(space: spaces.Space) -> Callable[..., Any]:

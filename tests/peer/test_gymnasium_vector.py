@@ -49,11 +49,16 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from fakes import SpaceEnv
 from gymnasium import spaces
-from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.error import (
+    AlreadyPendingCallError,
+    ClosedEnvironmentError,
+    NoAsyncCallError,
+)
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
-from helpers import without_legacy_keys
+from helpers import Contracts, without_legacy_keys
 
 from fastenv.vector import PipelineVectorEnv
 
@@ -163,32 +168,6 @@ def seeded(env_id, seed, **kwargs):
 
 def seeded_fns(env_id, n, **kwargs):
     return [functools.partial(seeded, env_id, i, **kwargs) for i in range(n)]
-
-
-class SpaceEnv(gym.Env):
-    """Observes samples of ``observation_space`` (drawn from the env's seeded generator); checks
-    that each action it gets is in ``action_space``; terminates after ``length`` steps if given."""
-
-    def __init__(self, observation_space, action_space=None, length=None):
-        self.observation_space = observation_space
-        self.action_space = observation_space if action_space is None else action_space
-        self.length = length
-        self.t = 0
-
-    def _draw(self):
-        self.observation_space.seed(int(self.np_random.integers(2**31)))
-        return self.observation_space.sample()
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._draw(), {}
-
-    def step(self, action):
-        assert action in self.action_space, f"action {action!r} is not in {self.action_space}"
-        self.t += 1
-        terminated = self.length is not None and self.t >= self.length
-        return self._draw(), float(self.t), terminated, False, {}
 
 
 class CountEnv(gym.Env):
@@ -976,26 +955,9 @@ def libero_vec():
 
 
 def libero_fns():
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     return [functools.partial(make_env, **LIBERO)] * 2
-
-
-class Contracts:
-    """Checks run one after another, each failure recorded (one LIBERO build serves them all)."""
-
-    def __init__(self):
-        self.broken = []
-
-    @contextlib.contextmanager
-    def check(self, name):
-        try:
-            yield
-        except (Exception, pytest.fail.Exception) as exc:
-            self.broken.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-
-    def assert_all_held(self):
-        assert not self.broken, "contracts broken:\n" + "\n".join(self.broken)
 
 
 @pytest.mark.libero

@@ -42,7 +42,6 @@ import sys
 import warnings
 
 import cloudpickle
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -50,6 +49,7 @@ from gymnasium import spaces
 
 pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
 
+from helpers import Contracts  # noqa: E402
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
 from stable_baselines3.common.vec_env import (  # noqa: E402
     DummyVecEnv,
@@ -756,23 +756,6 @@ def test_vec_check_nan_raises_on_nan_and_inf():
 LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=["agentview_image", "robot0_proprio-state"], max_episode_steps=6)
 
 
-class Contracts:
-    """Checks run one after another, each failure recorded (one LIBERO build serves them all)."""
-
-    def __init__(self):
-        self.broken = []
-
-    @contextlib.contextmanager
-    def check(self, name):
-        try:
-            yield
-        except (Exception, pytest.fail.Exception) as exc:
-            self.broken.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-
-    def assert_all_held(self):
-        assert not self.broken, "contracts broken:\n" + "\n".join(self.broken)
-
-
 @pytest.mark.libero
 @pytest.mark.big_memory
 def test_make_vec_env_on_libero_follows_the_vec_env_contract():
@@ -781,7 +764,7 @@ def test_make_vec_env_on_libero_follows_the_vec_env_contract():
     # test_vecenv_terminal_obs (terminal_observation of the dict observations, episode records),
     # then test_vecenv_custom_calls' get_attr / set_attr / env_method with indices (-1 included),
     # has_attr and test_vec_env_is_wrapped. Each part is checked even where an earlier one broke.
-    from fastenv.backends.libero import make_env
+    from fastenv.envs.libero import make_env
 
     venv = fastenv_sb3.make_vec_env("fastenv/Libero-v0", 2, num_workers=2, **LIBERO)
     ref = VecMonitor(DummyVecEnv([functools.partial(make_env, **LIBERO)] * 2))

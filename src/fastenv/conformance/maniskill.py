@@ -415,7 +415,7 @@ class _OursEnv(_Env):
 
 
 def _check_single(case: Case, cmp: Comparer, chunk: int, rng: np.random.Generator) -> None:
-    from fastenv.backends import maniskill as ms
+    from fastenv.envs.maniskill import make_cpu_env
 
     stream_seed = int(rng.integers(2**31))
     stock = _StockEnv(case, stream_seed)
@@ -424,7 +424,7 @@ def _check_single(case: Case, cmp: Comparer, chunk: int, rng: np.random.Generato
         plain = _plain_actions(stock.env, chunk)
         keys = _keys(case, stock.env)
         ours = _OursEnv(
-            stream_seed, ms.make_cpu_env, case.task, modalities=keys, chunk=None if plain else chunk, obs_mode=_obs_mode(case),
+            stream_seed, make_cpu_env, case.task, modalities=keys, chunk=None if plain else chunk, obs_mode=_obs_mode(case),
             camera_size=CAMERA if case.keys != "state" else None, max_episode_steps=EPISODE, **_task_kwargs(case),
         )
         seeds = iter(SEEDS)

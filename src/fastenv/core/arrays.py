@@ -86,6 +86,15 @@ def tree_map(fn: Any, tree: Any, *others: Any) -> Any:
     return fn(tree, *others)
 
 
+def tree_leaves(tree: Any) -> list[Any]:
+    """The leaves of a structure of dicts and tuples, in order."""
+    if isinstance(tree, dict):
+        return [leaf for sub in tree.values() for leaf in tree_leaves(sub)]
+    if isinstance(tree, tuple):
+        return [leaf for sub in tree for leaf in tree_leaves(sub)]
+    return [tree]
+
+
 def _copy(value: Any) -> Any:
     return value.copy() if isinstance(value, np.ndarray) else value
 

@@ -154,7 +154,8 @@ class SimEnv(gym.Env):
 
     def substep(self, action: Any) -> tuple[float, bool, bool, Info]:
         """Advance one action without an observation: (reward, terminated, truncated, info)."""
-        self._check_open()
+        if self._closed:
+            raise self._closed_error()
         if self.steps_world_together:
             self.prepare(action)
             self.advance_world()
@@ -173,7 +174,8 @@ class SimEnv(gym.Env):
 
     def observe(self) -> ObsType:
         """The observation of the current state (the stock one when the last sub-step truncated)."""
-        self._check_open()
+        if self._closed:
+            raise self._closed_error()
         if self._pending_obs is not None:
             obs, self._pending_obs = self._pending_obs, None
             return obs
@@ -183,7 +185,8 @@ class SimEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[ObsType, Info]:
-        self._check_open()
+        if self._closed:
+            raise self._closed_error()
         super().reset(seed=seed)
         self._pending_obs = None
         obs, info = self.adapter.reset(seed=seed, options=options, rng=self.np_random)
@@ -191,7 +194,8 @@ class SimEnv(gym.Env):
         return obs, info
 
     def step(self, action: Any) -> tuple[ObsType, SupportsFloat, bool, bool, Info]:
-        self._check_open()
+        if self._closed:
+            raise self._closed_error()
         action = check_action(action, self.action_space)
         self._pending_obs = None
         obs, reward, terminated, truncated, info = self.adapter.step(action)
@@ -209,9 +213,9 @@ class SimEnv(gym.Env):
             self._closed = True
             self.adapter.close()
 
-    def _check_open(self) -> None:
-        if self._closed:  # (the adapter let its simulator go: it would fail on a None)
-            raise gym.error.ClosedEnvironmentError(f"{self!r} is closed: build a new env to step or reset again")
+    def _closed_error(self) -> gym.error.ClosedEnvironmentError:
+        # (the adapter let its simulator go: it would fail on a None; checked inline, a sub-step is hot)
+        return gym.error.ClosedEnvironmentError(f"{self!r} is closed: build a new env to step or reset again")
 
     def __repr__(self) -> str:
         return f"<SimEnv {type(self.adapter).__name__}>"

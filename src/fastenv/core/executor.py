@@ -19,7 +19,13 @@ import numpy as np
 
 from fastenv._validation import check_discount, check_positive_int
 from fastenv.core.arrays import alloc_rows, put_rows, take_rows
-from fastenv.core.infos import STEP_KEYS, clear_rows, merge_rows, step_keys, take_info_rows
+from fastenv.core.infos import (
+    STEP_KEYS,
+    clear_rows,
+    merge_rows,
+    step_keys,
+    take_info_rows,
+)
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """The protocols a simulator adapter implements, and the generic adapter for any Gymnasium env.
 
 ``SimulatorAdapter`` is what every adapter must have. The capabilities below it are optional,
-and each is what ``SimEnv`` asks of an adapter that has it: ``ReportsFastPaths`` (which fast
-paths serve), ``RendersAtRate`` (frames per second of its videos), ``SharesWorld`` (envs that
-advance one physics world together), ``ObservesKeys`` (an observation of chosen keys).
+and each is what fastenv asks of an adapter that has it: ``ReportsFastPaths`` (which fast paths
+serve), ``RendersAtRate`` (frames per second of its videos), ``SharesWorld`` (envs that advance
+one physics world together), ``RescalesPhysics`` (a physics step a vector env may change),
+``ObservesKeys`` (an observation of chosen keys, for the frameworks' drop-ins). ``isinstance``
+checks a capability's names, not its signatures: ``tests/test_protocols.py`` checks those.
 """
 
 from __future__ import annotations
@@ -99,15 +101,8 @@ class SharesWorld(Protocol):
 
     A sub-step is split in three so a batch of envs advances the world once: ``set_action`` (this
     env's action), ``advance_world`` (one step of the world, every env in it), ``evaluate`` (this
-    env's reward and termination). ``base_physics_dt`` and ``set_physics_dt`` let a vector env
-    rescale the world's step for its pipeline stages.
+    env's reward and termination).
     """
-
-    base_physics_dt: float
-
-    def set_physics_dt(self, dt: float) -> None:
-        """Set the world's physics step (seconds)."""
-        ...
 
     def set_action(self, action: Any) -> None:
         """Apply this env's action; the world advances later."""
@@ -123,6 +118,17 @@ class SharesWorld(Protocol):
 
 
 @runtime_checkable
+class RescalesPhysics(Protocol):
+    """An adapter whose physics step a vector env may change (its pipeline stages share one world)."""
+
+    base_physics_dt: float
+
+    def set_physics_dt(self, dt: float) -> None:
+        """Set the world's physics step (seconds)."""
+        ...
+
+
+@runtime_checkable
 class ObservesKeys(Protocol):
     """An adapter that produces an observation of chosen keys on demand (the frameworks' drop-ins)."""
 
@@ -131,7 +137,7 @@ class ObservesKeys(Protocol):
         ...
 
 
-ADAPTER_CAPABILITIES = (ReportsFastPaths, RendersAtRate, SharesWorld, ObservesKeys)
+ADAPTER_CAPABILITIES = (ReportsFastPaths, RendersAtRate, SharesWorld, RescalesPhysics, ObservesKeys)
 
 
 @runtime_checkable

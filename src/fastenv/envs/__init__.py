@@ -115,7 +115,7 @@ def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
     make_env = importlib.import_module(entry.module).make_env
     limit = gym_make_time_limit(frame)
     if limit is not None:
-        if kwargs.get("num_envs") is not None or any(key in kwargs for key in VECTOR_OPTIONS):
+        if kwargs.get("num_envs") is not None or any(key in kwargs for key in (*VECTOR_OPTIONS, "vector_kwargs")):
             raise _batched_time_limit(env_id, limit)
         kwargs["max_episode_steps"] = limit
     env = make_env(**kwargs)

@@ -13,7 +13,6 @@ from fastenv.envs.options import (
     check_chunk_options,
     split_options,
     with_defaults,
-    with_tuner,
 )
 from fastenv.vector import BatchedEnv, PipelineVectorEnv, make_pipeline
 from fastenv.wrappers import wrap
@@ -88,14 +87,15 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> PipelineVectorEnv:
 
     ``kwargs`` are ``make_env``'s (suite, task_id, chunk, ...) and the vector options
     (num_workers, pipeline_stages, step_timeout, threads_per_worker, ...), given flat or apart as
-    ``vector_kwargs={...}``.
+    ``vector_kwargs={...}`` (called directly: ``gym.make_vec`` keeps ``vector_kwargs`` for its own
+    vector envs).
 
     Examples:
         >>> envs = gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2, pipeline_stages=2, chunk=8)
     """
     env_options, vector_options = split_options(make_env, kwargs)
     _check(**with_defaults(make_env, env_options))
-    return make_pipeline(make_env, num_envs, **with_tuner(vector_options), **env_options)
+    return make_pipeline(make_env, num_envs, **vector_options, **env_options)
 
 
 def _check(

@@ -10,7 +10,7 @@ from gymnasium.vector import VectorEnv
 
 from fastenv._validation import check_positive_int
 from fastenv.backends import maniskill
-from fastenv.envs.options import VECTOR_OPTIONS, split_options, with_tuner
+from fastenv.envs.options import VECTOR_OPTIONS, split_options
 from fastenv.vector import BatchedEnv, make_pipeline
 from fastenv.wrappers import wrap
 
@@ -57,7 +57,8 @@ def make_vec(
     With CUDA (or ``sim_backend="physx_cuda"``) the N envs are one batched env on the GPU,
     driven in place (``ManiSkillVectorEnv``). Without, each is a CPU env in fastenv's workers
     (``PipelineVectorEnv``: ``num_workers``, ``backend="ray"`` and the other vector options apply,
-    flat or apart as ``vector_kwargs={...}``).
+    flat or apart as ``vector_kwargs={...}`` when called directly: ``gym.make_vec`` keeps
+    ``vector_kwargs`` for its own vector envs).
 
     Examples:
         >>> envs = gym.make_vec("fastenv/ManiSkill-v0", num_envs=8, env_id="PickCube-v1", chunk=8)
@@ -80,7 +81,7 @@ def make_vec(
     return make_pipeline(
         make_cpu_env, num_envs, env_id=env_id, modalities=modalities, chunk=chunk,
         gamma=gamma, camera_size=camera_size, max_episode_steps=max_episode_steps, render_mode=render_mode,
-        **with_tuner(vector), **kwargs,
+        **vector, **kwargs,
     )
 
 

@@ -12,10 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastenv._validation import check_discount, check_positive_int
-from fastenv.tuning import plan_for
 from fastenv.vector import VECTOR_OPTIONS
 
-__all__ = ["VECTOR_OPTIONS", "check_chunk_options", "env_options", "split_options", "with_defaults", "with_tuner"]
+__all__ = ["VECTOR_OPTIONS", "check_chunk_options", "env_options", "split_options", "with_defaults"]
 
 # Parameters of an entry point that are not options of one env.
 _NOT_ENV_OPTIONS = ("num_envs",)
@@ -70,7 +69,3 @@ def check_chunk_options(*, chunk: Any, gamma: Any) -> None:
         if chunk is None:
             raise ValueError("gamma discounts rewards inside a chunk; pass chunk= as well")
 
-
-def with_tuner(vector_options: Mapping[str, Any]) -> dict[str, Any]:
-    """The vector options with the tuner resolving ``layout`` (so ``layout="auto"`` tunes), unless a resolver was given."""
-    return {"layout_resolver": plan_for, **vector_options}

@@ -77,9 +77,8 @@ def make_vec(
     options = {**OPTIONS, **kwargs}
     if gamma is None:
         return gym.make_vec(env_id, num_envs=num_envs, **options)
-    from fastenv.envs.options import with_tuner
     from fastenv.vector import VECTOR_OPTIONS, PipelineVectorEnv
 
     vector = {key: options.pop(key) for key in list(options) if key in VECTOR_OPTIONS}
     env_fn = functools.partial(_wrapped_env, env_id, gamma, options)
-    return PipelineVectorEnv([env_fn] * num_envs, **with_tuner(vector))
+    return PipelineVectorEnv([env_fn] * num_envs, **vector)

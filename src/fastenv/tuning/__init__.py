@@ -25,9 +25,9 @@ A concern per module: ``space`` (the layouts), ``model`` (their predicted throug
 a vector env's ``layout`` argument). Plans and their JSON are ``fastenv.vector.plan``'s: the vector
 env reads them.
 
-The vector env runs plans and does not import this package: ``plan_for`` is the layout resolver
-it is given to tune first, ``PipelineVectorEnv(..., layout="auto", layout_resolver=plan_for)``
-(``gym.make_vec(..., layout="auto")`` passes it).
+The vector env runs plans and does not import this package: ``plan_for`` is its default layout
+resolver, named and imported only when ``layout="auto"`` is to be tuned (another may be passed as
+``layout_resolver=``).
 
 Examples:
     >>> plan = fastenv.tune(lambda: gym.make("CartPole-v1"), num_envs=8)
@@ -44,7 +44,6 @@ from fastenv.tuning.model import (
     Prediction,
     expected_max_binomial,
 )
-from fastenv.vector.plan import DEFAULT_SPIN_WAIT, PLAN_FORMAT, Plan, resolve_layout
 from fastenv.tuning.search import (
     TIE,
     choose_trials,
@@ -63,6 +62,7 @@ from fastenv.tuning.trials import (
     measure_policy,
     spin_wait_for,
 )
+from fastenv.vector.plan import DEFAULT_SPIN_WAIT, PLAN_FORMAT, Plan, resolve_layout
 
 __all__ = [
     "BOUNDS",

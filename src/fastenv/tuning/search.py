@@ -13,10 +13,9 @@ from typing import Any
 from fastenv import machine
 from fastenv._validation import check_positive_int
 from fastenv.tuning.model import BOUNDS, CostModel, Costs
-from fastenv.vector.plan import Plan
 from fastenv.tuning.space import Candidate, default_candidate, search_space
 from fastenv.tuning.trials import Trial, TrialRunner, spin_wait_for
-from fastenv.vector.plan import read_plan
+from fastenv.vector.plan import Plan, read_plan
 
 
 # -- the calibration -------------------------------------------------------------------------------
@@ -300,7 +299,8 @@ def plan_for(
     ``"auto"`` tunes one now (``tune`` with ``tune_options``, its trials' workers started with
     ``context``); a ``Plan``, its dict or the path of its JSON is loaded (``read_plan``).
     Either way the plan must be for ``len(env_fns)`` envs. A vector env built with
-    ``layout_resolver=plan_for`` calls this for any ``layout`` it is given.
+    ``layout_resolver=plan_for`` calls this for any ``layout`` it is given; without a resolver, for
+    ``layout="auto"``.
 
     Examples:
         >>> envs = PipelineVectorEnv([make_env] * 8, layout="auto", layout_resolver=plan_for)

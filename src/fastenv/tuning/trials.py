@@ -15,9 +15,9 @@ from fastenv import machine
 from fastenv._validation import check_positive_int
 from fastenv.core.arrays import leading_dim, put_rows, take_rows
 from fastenv.policy_cost import InferenceCost, inference_cost
-from fastenv.vector.plan import DEFAULT_SPIN_WAIT
 from fastenv.tuning.space import Candidate
 from fastenv.vector.pipeline import PipelineVectorEnv
+from fastenv.vector.plan import DEFAULT_SPIN_WAIT
 
 
 # -- policies --------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ its ``ResultReader`` (``results``: what a step or a recv returns).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing as mp
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,12 @@ from fastenv.vector.layout import Layout
 from fastenv.vector.plan import Plan, read_plan
 from fastenv.vector.pool import EnvStatus, WorkerPool
 from fastenv.vector.results import ResultReader
-from fastenv.vector.shared import holds_exactly, leaf_items, leaf_specs, unsupported_leaf
+from fastenv.vector.shared import (
+    holds_exactly,
+    leaf_items,
+    leaf_specs,
+    unsupported_leaf,
+)
 from fastenv.vector.transport import ProcessTransport, Transport
 
 # Turns a vector env's ``layout`` argument ("auto", a plan, its dict or its JSON's path) and its
@@ -96,7 +102,7 @@ class PipelineVectorEnv(VectorEnv):
         progress: a line on stderr while the workers build their envs: None shows it once the
             build has taken 2 s, True at once, False never.
         layout: a layout plan (``fastenv.Plan``, its dict, or the path of its JSON from
-            ``fastenv tune --out``), or "auto" to tune one now (with ``layout_resolver``). The
+            ``fastenv tune --out``), or "auto" to tune one now (``fastenv.tune``). The
             plan sets num_workers, pipeline_stages, threads_per_worker and spin_wait, and
             ``recv``'s default ``max_batch``/``timeout`` when it batches dynamically;
             ``self.plan`` keeps it.
@@ -108,9 +114,8 @@ class PipelineVectorEnv(VectorEnv):
             ``CUDA_VISIBLE_DEVICES`` and ``MUJOCO_EGL_DEVICE_ID`` (local workers; with Ray, its
             ``num_gpus`` assigns GPUs).
         layout_resolver: what turns ``layout`` and ``tune_options`` into the plan run,
-            ``resolver(env_fns, layout, tune_options, context=...)``: ``fastenv.tuning.plan_for``
-            tunes for ``layout="auto"`` (``gym.make_vec`` passes it). None reads a plan, its dict
-            or its JSON, and refuses "auto".
+            ``resolver(env_fns, layout, tune_options, context=...)``. None reads a plan, its dict
+            or its JSON here, and has ``fastenv.tuning.plan_for`` tune for ``layout="auto"``.
 
     Examples:
         >>> envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2, pipeline_stages=2)
@@ -264,25 +269,54 @@ class PipelineVectorEnv(VectorEnv):
     def pipeline_stages(self) -> int:
         return self._pool.layout.num_stages
 
+    # The pool's settings, which a user may change between steps as before.
     @property
     def step_timeout(self) -> float:
         return self._pool.step_timeout
+
+    @step_timeout.setter
+    def step_timeout(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError(f"step_timeout must be > 0 seconds, got {seconds}")
+        self._pool.step_timeout = float(seconds)
 
     @property
     def startup_timeout(self) -> float:
         return self._pool.startup_timeout
 
+    @startup_timeout.setter
+    def startup_timeout(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError(f"startup_timeout must be > 0 seconds, got {seconds}")
+        self._pool.startup_timeout = float(seconds)
+
     @property
     def max_restarts(self) -> int:
         return self._pool.max_restarts
+
+    @max_restarts.setter
+    def max_restarts(self, count: int) -> None:
+        self._pool.max_restarts = int(count)
 
     @property
     def spin_wait(self) -> float:
         return self._pool.spin_wait
 
+    @spin_wait.setter
+    def spin_wait(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"spin_wait must be >= 0 seconds, got {seconds}")
+        self._pool.spin_wait = float(seconds)
+
     @property
     def info_format(self) -> str:
         return self._info_format
+
+    @info_format.setter
+    def info_format(self, value: str) -> None:
+        if value not in ("gymnasium", "per_env"):
+            raise ValueError(f"info_format must be 'gymnasium' or 'per_env', got {value!r}")
+        self._info_format = self._results.info_format = value
 
     @property
     def worker_pids(self) -> list[int]:
@@ -549,8 +583,8 @@ class PipelineVectorEnv(VectorEnv):
         return self.call("render")
 
     def in_flight(self) -> np.ndarray:
-        """Ids of the envs whose actions were sent and whose results were not yet received."""
-        return self._open_pool().in_flight()
+        """Ids of the envs whose actions were sent and whose results were not yet received (none once closed)."""
+        return np.zeros(0, dtype=np.int64) if self.closed else self._pool.in_flight()
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the workers (asking first, then killing) and free the arrays.
@@ -558,12 +592,13 @@ class PipelineVectorEnv(VectorEnv):
         Warns (as AsyncVectorEnv's does) when envs still have actions in flight: their results are dropped.
         """
         if self._pool is not None:
-            if self._pool.busy_envs and not self._pool.closed:
+            dropped = self._pool.in_flight().tolist() if self._pool.busy_envs and not self._pool.closed else []
+            self._pool.close()  # first: a warning turned into an error must not leave the workers running
+            if dropped:
                 gym.logger.warn(
-                    f"Calling `close` while envs {self._pool.in_flight().tolist()} have actions in flight "
+                    f"Calling `close` while envs {dropped} have actions in flight "
                     "(sent, their results not received): those results are dropped."
                 )
-            self._pool.close()
 
     def close(self, **kwargs: Any) -> None:
         if self.closed:
@@ -584,6 +619,11 @@ class PipelineVectorEnv(VectorEnv):
         return f"PipelineVectorEnv(num_envs={self.num_envs}, num_workers={self.num_workers}, pipeline_stages={self.pipeline_stages})"
 
 
+# What tunes ``layout="auto"`` when no resolver is given: the tuner, which builds vector envs to measure
+# layouts and so sits above this layer. Named here, imported only when a layout is to be tuned.
+DEFAULT_TUNER = "fastenv.tuning:plan_for"
+
+
 def _resolve_plan(
     layout: Any,
     tune_options: Mapping[str, Any] | None,
@@ -594,17 +634,19 @@ def _resolve_plan(
     context: str,
 ) -> Plan | None:
     """The plan a vector env runs for its ``layout`` argument (None: none), by ``resolver`` if given."""
+    auto = isinstance(layout, str) and layout == "auto"
+    if tune_options is not None and (layout is None or (resolver is None and not auto)):
+        raise ValueError("tune_options are for layout='auto'")
     if layout is None:
-        if tune_options is not None:
-            raise ValueError("tune_options are for layout='auto'")
         return None
     if num_workers is not None or stages is not None:
         raise ValueError(
             f"layout sets num_workers and pipeline_stages; give a layout or those, not both "
             f"(got num_workers={num_workers}, pipeline_stages={stages})"
         )
-    if resolver is not None:
-        return resolver(env_fns, layout, tune_options, context=context)
-    if tune_options is not None and not (isinstance(layout, str) and layout == "auto"):
-        raise ValueError("tune_options are for layout='auto'")
-    return read_plan(layout, len(env_fns))
+    if resolver is None and not auto:
+        return read_plan(layout, len(env_fns))
+    if resolver is None:
+        module, _, name = DEFAULT_TUNER.partition(":")
+        resolver = getattr(importlib.import_module(module), name)
+    return resolver(env_fns, layout, tune_options, context=context)

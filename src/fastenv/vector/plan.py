@@ -137,11 +137,6 @@ def read_plan(layout: Any, num_envs: int) -> Plan:
     Examples:
         >>> plan = read_plan("plan.json", 8)
     """
-    if isinstance(layout, str) and layout == "auto":
-        raise ValueError(
-            "layout='auto' tunes a layout first, which the vector env does not do itself: pass "
-            "layout_resolver=fastenv.tuning.plan_for, or build through gym.make_vec(..., layout='auto')"
-        )
     plan = resolve_layout(layout)
     if plan.num_envs != num_envs:
         raise ValueError(f"the layout plan is for num_envs={plan.num_envs}, got {num_envs} env constructors")

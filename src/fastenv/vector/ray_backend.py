@@ -19,8 +19,8 @@ import numpy as np
 from gymnasium.vector.utils import CloudpickleWrapper
 
 from fastenv._deps import require
-from fastenv.vector import worker as w
 from fastenv.core.arrays import put_rows, take_rows
+from fastenv.vector import worker as w
 from fastenv.vector.transport import Worker, WorkerError
 
 STRATEGIES = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")

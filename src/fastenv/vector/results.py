@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fastenv.core.arrays import get_row, put_rows, take_rows, tree_map
+from fastenv.core.arrays import get_row, put_rows, take_rows, tree_leaves, tree_map
 from fastenv.core.infos import add_info, step_keys, with_legacy_final_keys
 from fastenv.vector.pool import EnvRecord, EnvStatus, Restart, WorkerPool
 from fastenv.vector.transport import WorkerError, worker_error
@@ -67,15 +67,6 @@ def row_reader(space: gym.Space | None) -> Callable[[Any, int], Any]:
         return tree_map(lambda x, scalar: x[row, ...].copy() if scalar else get_row(x, row), batch, zero_d)
 
     return read
-
-
-def tree_leaves(tree: Any) -> list[Any]:
-    """The leaves of a structure of dicts and tuples, in order."""
-    if isinstance(tree, dict):
-        return [leaf for sub in tree.values() for leaf in tree_leaves(sub)]
-    if isinstance(tree, tuple):
-        return [leaf for sub in tree for leaf in tree_leaves(sub)]
-    return [tree]
 
 
 class ResultReader:

@@ -312,8 +312,9 @@ def batch_executor(envs: Sequence[gym.Env]) -> tuple[EnvBatch, Executor]:
     """
     specs = []
     for env in envs:
-        spec = getattr(env, "batch_spec", None)  # (a Gymnasium 1.x wrapper does not forward attributes)
-        specs.append(spec() if callable(spec) else None)
+        # the env's own class (a wrapper above that forwards attributes must not lend it ActionChunk's)
+        spec = getattr(type(env), "batch_spec", None)
+        specs.append(spec(env) if callable(spec) else None)
     first = specs[0]
     if first is not None and all(spec is not None and spec[1:] == first[1:] for spec in specs):
         _, owner, options = first

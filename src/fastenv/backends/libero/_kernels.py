@@ -14,7 +14,11 @@ import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
-from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
+from robosuite.utils.control_utils import (
+    nullspace_torques,
+    opspace_matrices,
+    orientation_error,
+)
 from robosuite.utils.transform_utils import mat2quat
 
 
