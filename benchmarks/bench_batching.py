@@ -34,6 +34,7 @@ from _common import figure, machine, print_table, write_json
 from bench_tune import run_setting
 
 from fastenv import tuning
+from fastenv.machine import available_cpus
 from fastenv.policy_cost import inference_cost
 
 IMAGE_KEY, STATE_KEY = "agentview_image", "robot0_proprio-state"
@@ -100,7 +101,7 @@ def main() -> None:
         args.tasks, args.resets, args.trial_seconds, args.confirm_rounds, args.confirm_seconds = 2, ["in-place"], 0.5, 1, 0.5
         args.max_trials = 2
         args.episode_steps = 2 * chunk
-    cpus = tuning.machine.available_cpus()
+    cpus = available_cpus()
     workers = max(d for d in tuning.divisors(args.tasks) if d <= cpus)
     grid_space = space(args.tasks, workers, sorted({2, args.tasks // 2, (4 * args.tasks) // 5} - {0}), [0.01, 0.1, 0.5])
     if args.quick:  # the three ways of driving the envs, once each
