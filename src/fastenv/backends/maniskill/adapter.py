@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from fastenv.backends.maniskill.observations import (
     GROUPS,
-    _Selection,
+    Selection,
     extract,
     space_for,
     terminated_of,
@@ -90,7 +90,7 @@ class ManiSkillAdapter:
         self.ignore_terminations = bool(ignore_terminations)
         self.render_fps = int(getattr(base, "control_freq", 20) or 20)
         self.render_mode = "rgb_array" if base.render_mode in FRAME_RENDER_MODES else None
-        self._selection = _Selection(base)
+        self._selection = Selection(base)
         self._info: Mapping[str, Any] = base.get_info()
         self.action_space = base.single_action_space
         self._spaces: dict[str, spaces.Box] = {}

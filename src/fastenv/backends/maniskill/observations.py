@@ -149,7 +149,7 @@ def flatten_rgbd(obs: Mapping[str, Any], *, rgb: bool, depth: bool, state: bool,
     return out
 
 
-class _Selection:
+class Selection:
     """What a built ManiSkill env captures: which sensors and which textures, narrowed to some keys."""
 
     def __init__(self, base: Any) -> None:

@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._validation import check_positive_int
 from fastenv.backends.maniskill.batch import ManiSkillBatch
-from fastenv.backends.maniskill.observations import _Selection
+from fastenv.backends.maniskill.observations import Selection
 from fastenv.backends.maniskill.task import (
     FRAME_RENDER_MODES,
     close_viewer,
@@ -88,7 +88,7 @@ class ManiSkillVectorEnv(VectorEnv):
             max_episode_steps = registered_max_steps(env)
         max_episode_steps = None if max_episode_steps is None else check_positive_int("max_episode_steps", max_episode_steps)
         close_viewer(base)
-        selection = _Selection(base)
+        selection = Selection(base)
         self.keys = selection.select(modalities)
         if self.pipeline_stages > 1:
             # Every stage's step advances the whole world: divide the physics step so an env's
