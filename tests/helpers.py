@@ -1,6 +1,7 @@
 """Assertions shared by the vector-env tests."""
 
 import contextlib
+import functools
 
 import numpy as np
 import pytest
@@ -170,3 +171,44 @@ class Contracts:
 
     def assert_all_held(self):
         assert not self.broken, "contracts broken:\n" + "\n".join(self.broken)
+
+
+SCALARS = (bool, int, float, np.generic)
+
+
+def assert_identical(ours, ref, where="data", *, loose_scalars=False):
+    """``ours`` is ``ref`` bit for bit: types, dict keys, tuple lengths, dtypes, shapes and bytes.
+
+    As strict as Gymnasium's ``data_equivalence(..., exact=True)``, and it says where they differ.
+    ``loose_scalars`` (SB3's contract, which is on values): a scalar may come back as a numpy scalar
+    of the same kind and value (a Python ``0`` as ``np.int64(0)``: fastenv carries infos in
+    Gymnasium's batched layout), and any dict stands for a dict (DummyVecEnv's OrderedDict).
+    """
+    if loose_scalars and isinstance(ref, SCALARS) and isinstance(ours, SCALARS):
+        assert np.asarray(ours).dtype.kind == np.asarray(ref).dtype.kind, f"{where}: {ours!r} != {ref!r}"
+        assert ours == ref or (ours != ours and ref != ref), f"{where}: {ours!r} != {ref!r}"
+        return
+    if loose_scalars and isinstance(ref, dict):
+        assert isinstance(ours, dict), f"{where}: {type(ours).__name__} is not a dict"
+    else:
+        assert type(ours) is type(ref), f"{where}: {type(ours).__name__} != {type(ref).__name__} ({ours!r} vs {ref!r})"
+    same = functools.partial(assert_identical, loose_scalars=loose_scalars)
+    if isinstance(ref, dict):
+        assert set(ours) == set(ref), f"{where}: keys {sorted(ours)} != {sorted(ref)}"
+        for key in ref:
+            same(ours[key], ref[key], f"{where}/{key}")
+    elif isinstance(ref, (tuple, list)):
+        assert len(ours) == len(ref), f"{where}: length {len(ours)} != {len(ref)}"
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            same(a, b, f"{where}[{i}]")
+    elif isinstance(ref, np.ndarray):
+        assert (ours.shape, ours.dtype) == (ref.shape, ref.dtype), f"{where}: {ours.dtype}{ours.shape} != {ref.dtype}{ref.shape}"
+        if ref.dtype == object:
+            for i, (a, b) in enumerate(zip(ours.reshape(-1), ref.reshape(-1))):
+                same(a, b, f"{where}[{i}]")
+        else:
+            assert ours.tobytes() == ref.tobytes(), f"{where}: {ours!r} != {ref!r}"
+    elif isinstance(ref, (np.generic, float)):
+        assert np.asarray(ours).tobytes() == np.asarray(ref).tobytes(), f"{where}: {ours!r} != {ref!r}"
+    else:
+        assert ours == ref, f"{where}: {ours!r} != {ref!r}"

@@ -955,3 +955,28 @@ def test_close_with_actions_in_flight_warns_and_closes():
         warnings.simplefilter("error")
         quiet.close()
         quiet.close()
+
+
+def test_the_pools_settings_are_set_on_the_vector_env_and_checked_as_the_constructor_checks_them():
+    with PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1, step_timeout=30.0) as envs:
+        assert (envs.step_timeout, envs.max_restarts, envs.info_format) == (30.0, 3, "gymnasium")
+        envs.step_timeout, envs.startup_timeout, envs.max_restarts, envs.spin_wait = 45, 90, 1, 0
+        assert (envs.step_timeout, envs.startup_timeout, envs.max_restarts, envs.spin_wait) == (45.0, 90.0, 1, 0.0)
+        assert (envs._pool.step_timeout, envs._pool.max_restarts) == (45.0, 1)  # what the pool reads
+        with pytest.raises(ValueError, match="step_timeout must be > 0 seconds, got 0"):
+            envs.step_timeout = 0
+        with pytest.raises(ValueError, match="spin_wait must be >= 0 seconds, got -1"):
+            envs.spin_wait = -1
+        with pytest.raises(ValueError, match="info_format must be 'gymnasium' or 'per_env', got 'dicts'"):
+            envs.info_format = "dicts"
+        envs.info_format = "per_env"
+        envs.reset(seed=0)
+        for _ in range(30):  # episodes of at most 12 steps
+            infos = envs.step(np.zeros((2, 3), np.float32))[4]
+            if "final_info" in infos:
+                assert isinstance(infos["final_info"], np.ndarray) and infos["final_info"].dtype == object
+                break
+        else:
+            pytest.fail("no episode ended")
+    with pytest.raises(ValueError, match="startup_timeout must be > 0 seconds, got -2"):
+        PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1, startup_timeout=-2)

@@ -58,7 +58,7 @@ from gymnasium.error import (
 )
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
-from helpers import Contracts, without_legacy_keys
+from helpers import Contracts, assert_identical, without_legacy_keys
 
 from fastenv.vector import PipelineVectorEnv
 
@@ -66,33 +66,6 @@ SAME_STEP = AutoresetMode.SAME_STEP
 
 
 # -- comparisons ---------------------------------------------------------------------------------
-def assert_identical(ours, ref, where="data"):
-    """``ours`` is ``ref`` bit for bit: types, dict keys, tuple lengths, dtypes, shapes and bytes.
-
-    As strict as Gymnasium's ``data_equivalence(..., exact=True)``, and it says where they differ.
-    """
-    assert type(ours) is type(ref), f"{where}: {type(ours).__name__} != {type(ref).__name__} ({ours!r} vs {ref!r})"
-    if isinstance(ref, dict):
-        assert set(ours) == set(ref), f"{where}: keys {sorted(ours)} != {sorted(ref)}"
-        for key in ref:
-            assert_identical(ours[key], ref[key], f"{where}/{key}")
-    elif isinstance(ref, (tuple, list)):
-        assert len(ours) == len(ref), f"{where}: length {len(ours)} != {len(ref)}"
-        for i, (a, b) in enumerate(zip(ours, ref)):
-            assert_identical(a, b, f"{where}[{i}]")
-    elif isinstance(ref, np.ndarray):
-        assert (ours.shape, ours.dtype) == (ref.shape, ref.dtype), f"{where}: {ours.dtype}{ours.shape} != {ref.dtype}{ref.shape}"
-        if ref.dtype == object:
-            for i, (a, b) in enumerate(zip(ours.reshape(-1), ref.reshape(-1))):
-                assert_identical(a, b, f"{where}[{i}]")
-        else:
-            assert ours.tobytes() == ref.tobytes(), f"{where}: {ours!r} != {ref!r}"
-    elif isinstance(ref, (np.generic, float)):
-        assert np.asarray(ours).tobytes() == np.asarray(ref).tobytes(), f"{where}: {ours!r} != {ref!r}"
-    else:
-        assert ours == ref, f"{where}: {ours!r} != {ref!r}"
-
-
 def assert_same_transition(ours, ref, where):
     """One ``step``'s five results, ours (legacy alias left out) against the reference's."""
     for name, a, b in zip(("obs", "reward", "terminated", "truncated"), ours[:4], ref[:4]):

@@ -49,6 +49,7 @@ from gymnasium import spaces
 
 pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
 
+import helpers  # noqa: E402
 from helpers import Contracts  # noqa: E402
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
 from stable_baselines3.common.vec_env import (  # noqa: E402
@@ -71,38 +72,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 # -- comparisons ---------------------------------------------------------------------------------
-def assert_identical(ours, ref, where="data"):
-    """``ours`` is ``ref`` bit for bit: types, keys, lengths, dtypes, shapes and bytes of arrays.
-
-    One latitude: a scalar in an info may come back as a numpy scalar of the same value (a Python
-    ``0`` as ``np.int64(0)``). fastenv carries infos in Gymnasium's batched layout, arrays per key,
-    and SB3's contract is on the values; arrays (observations, terminal observations) stay strict.
-    """
-    if isinstance(ref, (bool, int, float, np.generic)) and isinstance(ours, (bool, int, float, np.generic)):
-        assert np.asarray(ours).dtype.kind == np.asarray(ref).dtype.kind, f"{where}: {ours!r} != {ref!r}"
-        assert ours == ref or (ours != ours and ref != ref), f"{where}: {ours!r} != {ref!r}"
-        return
-    if isinstance(ref, dict):  # SB3's observations are dicts: DummyVecEnv's an OrderedDict
-        assert isinstance(ours, dict), f"{where}: {type(ours).__name__} is not a dict"
-    else:
-        assert type(ours) is type(ref), f"{where}: {type(ours).__name__} != {type(ref).__name__} ({ours!r} vs {ref!r})"
-    if isinstance(ref, dict):
-        assert set(ours) == set(ref), f"{where}: keys {sorted(ours)} != {sorted(ref)}"
-        for key in ref:
-            assert_identical(ours[key], ref[key], f"{where}/{key}")
-    elif isinstance(ref, (tuple, list)):
-        assert len(ours) == len(ref), f"{where}: length {len(ours)} != {len(ref)}"
-        for i, (a, b) in enumerate(zip(ours, ref)):
-            assert_identical(a, b, f"{where}[{i}]")
-    elif isinstance(ref, np.ndarray):
-        assert (ours.shape, ours.dtype) == (ref.shape, ref.dtype), f"{where}: {ours.dtype}{ours.shape} != {ref.dtype}{ref.shape}"
-        if ref.dtype == object:
-            for i, (a, b) in enumerate(zip(ours.reshape(-1), ref.reshape(-1))):
-                assert_identical(a, b, f"{where}[{i}]")
-        else:
-            assert ours.tobytes() == ref.tobytes(), f"{where}: {ours!r} != {ref!r}"
-    else:
-        assert ours == ref, f"{where}: {ours!r} != {ref!r}"
+# SB3's contract is on values: a scalar info may come back as a numpy scalar of the same kind and value.
+assert_identical = functools.partial(helpers.assert_identical, loose_scalars=True)
 
 
 def without_time(infos):

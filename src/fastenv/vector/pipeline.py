@@ -50,6 +50,40 @@ LayoutResolver = Callable[..., Plan]
 _CLOSED = "this vector env is closed"
 
 
+def _positive_seconds(name: str, seconds: Any) -> float:
+    if not seconds > 0:
+        raise ValueError(f"{name} must be > 0 seconds, got {seconds}")
+    return float(seconds)
+
+
+def _seconds(name: str, seconds: Any) -> float:
+    if seconds < 0:
+        raise ValueError(f"{name} must be >= 0 seconds, got {seconds}")
+    return float(seconds)
+
+
+def _info_format(name: str, value: Any) -> str:
+    if value not in ("gymnasium", "per_env"):
+        raise ValueError(f"{name} must be 'gymnasium' or 'per_env', got {value!r}")
+    return value
+
+
+class _PoolSetting:
+    """An attribute of the vector env that is its pool's setting, checked when set."""
+
+    def __init__(self, check: Callable[[str, Any], Any]) -> None:
+        self.check = check
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, env: Any, owner: type | None = None) -> Any:
+        return self if env is None else getattr(env._pool, self.name)
+
+    def __set__(self, env: Any, value: Any) -> None:
+        setattr(env._pool, self.name, self.check(self.name, value))
+
+
 def default_num_workers(num_envs: int, pipeline_stages: int) -> int:
     """The most workers, up to the CPU count, that split every stage evenly."""
     per_stage = max(num_envs // max(pipeline_stages, 1), 1)
@@ -164,21 +198,19 @@ class PipelineVectorEnv(VectorEnv):
         if num_workers is None:
             num_workers = default_num_workers(len(env_fns), pipeline_stages)
         layout_ = Layout(len(env_fns), num_workers, pipeline_stages)
-        if not step_timeout > 0 or not startup_timeout > 0:
-            raise ValueError(f"timeouts must be > 0, got step_timeout={step_timeout}, startup_timeout={startup_timeout}")
+        step_timeout = _positive_seconds("step_timeout", step_timeout)
+        startup_timeout = _positive_seconds("startup_timeout", startup_timeout)
         if threads_per_worker is not None:
             check_positive_int("threads_per_worker", threads_per_worker)
-        if spin_wait < 0:
-            raise ValueError(f"spin_wait must be >= 0 seconds, got {spin_wait}")
-        if info_format not in ("gymnasium", "per_env"):
-            raise ValueError(f"info_format must be 'gymnasium' or 'per_env', got {info_format!r}")
+        spin_wait = _seconds("spin_wait", spin_wait)
+        info_format = _info_format("info_format", info_format)
         self.threads_per_worker = threads_per_worker
         self.worker_environments = worker_environments(render_devices, layout_.num_workers)
         if backend == "local":
             if ray_options is not None:
                 raise ValueError("ray_options are for backend='ray'")
             transport: Transport = ProcessTransport(
-                mp.get_context(context), layout_.num_stages, threads_per_worker, float(spin_wait), self.worker_environments
+                mp.get_context(context), layout_.num_stages, threads_per_worker, spin_wait, self.worker_environments
             )
         elif backend == "ray":
             from fastenv.vector.ray_backend import RayTransport
@@ -193,10 +225,10 @@ class PipelineVectorEnv(VectorEnv):
             env_fns,
             layout_,
             transport,
-            step_timeout=float(step_timeout),
-            startup_timeout=float(startup_timeout),
+            step_timeout=step_timeout,
+            startup_timeout=startup_timeout,
             max_restarts=int(max_restarts),
-            spin_wait=float(spin_wait),
+            spin_wait=spin_wait,
         )
         shutdown.watch(self)  # SIGTERM and exit close the workers as Ctrl-C does
         try:
@@ -269,44 +301,11 @@ class PipelineVectorEnv(VectorEnv):
     def pipeline_stages(self) -> int:
         return self._pool.layout.num_stages
 
-    # The pool's settings, which a user may change between steps as before.
-    @property
-    def step_timeout(self) -> float:
-        return self._pool.step_timeout
-
-    @step_timeout.setter
-    def step_timeout(self, seconds: float) -> None:
-        if not seconds > 0:
-            raise ValueError(f"step_timeout must be > 0 seconds, got {seconds}")
-        self._pool.step_timeout = float(seconds)
-
-    @property
-    def startup_timeout(self) -> float:
-        return self._pool.startup_timeout
-
-    @startup_timeout.setter
-    def startup_timeout(self, seconds: float) -> None:
-        if not seconds > 0:
-            raise ValueError(f"startup_timeout must be > 0 seconds, got {seconds}")
-        self._pool.startup_timeout = float(seconds)
-
-    @property
-    def max_restarts(self) -> int:
-        return self._pool.max_restarts
-
-    @max_restarts.setter
-    def max_restarts(self, count: int) -> None:
-        self._pool.max_restarts = int(count)
-
-    @property
-    def spin_wait(self) -> float:
-        return self._pool.spin_wait
-
-    @spin_wait.setter
-    def spin_wait(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError(f"spin_wait must be >= 0 seconds, got {seconds}")
-        self._pool.spin_wait = float(seconds)
+    # The pool's settings, which a user may change between steps as before, checked as the constructor checks them.
+    step_timeout = _PoolSetting(_positive_seconds)
+    startup_timeout = _PoolSetting(_positive_seconds)
+    max_restarts = _PoolSetting(lambda name, count: int(count))
+    spin_wait = _PoolSetting(_seconds)
 
     @property
     def info_format(self) -> str:
@@ -314,9 +313,7 @@ class PipelineVectorEnv(VectorEnv):
 
     @info_format.setter
     def info_format(self, value: str) -> None:
-        if value not in ("gymnasium", "per_env"):
-            raise ValueError(f"info_format must be 'gymnasium' or 'per_env', got {value!r}")
-        self._info_format = self._results.info_format = value
+        self._info_format = self._results.info_format = _info_format("info_format", value)
 
     @property
     def worker_pids(self) -> list[int]:
