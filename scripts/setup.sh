@@ -31,6 +31,12 @@ case ",$extras," in
 esac
 .venv/bin/python -m pip install -q -e ".[$extras]"
 case ",$extras," in
+  # The tests talk to openpi's policy server through openpi-client, whose numpy<2 pin is its own (the
+  # client and its image tools run on numpy 2): installed without its pins (its websocket client needs
+  # only websockets, msgpack and pillow, which the test extra installs).
+  *,test,*) .venv/bin/python -m pip install -q --no-deps "openpi-client==0.1.2" ;;
+esac
+case ",$extras," in
   # ManiSkill (SAPIEN) renders with Vulkan, even for state-only tasks.
   *,maniskill,*|*,test,*) bash scripts/vulkan.sh .venv/bin/python ;;
 esac

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tuning",),  # layouts measured on vector envs
     ("envs",),  # the assembly: Gymnasium ids, SimEnv -> wrap -> pipeline for every backend
     ("integrations", "policy", "returns", "doctor"),  # frameworks' drop-ins, policies, value targets, diagnosis
+    ("eval",),  # whole benchmarks: an episode list over workers, the policy batched
     ("conformance", "bench"),  # sweeps against the stock simulators, the main job
     ("fastenv",),  # the package's own namespace (fastenv/__init__.py)
     ("cli",),

@@ -1,5 +1,6 @@
 """The ``fastenv`` command: ``fastenv bench`` runs the ablation on LIBERO (the main job);
-``fastenv tune`` finds the fastest layout for an env and a policy; ``fastenv conform`` checks
+``fastenv tune`` finds the fastest layout for an env and a policy; ``fastenv eval`` evaluates a
+policy on whole LIBERO suites, sharded and batched; ``fastenv conform`` checks
 fastenv against the stock simulator over its task space; ``fastenv compile`` compiles LIBERO's
 control loop into numba's cache; ``fastenv doctor`` says which fast paths serve on this machine and
 why the others do not; ``fastenv vulkan-env`` prints the Vulkan driver line for ManiSkill's
@@ -326,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     _tune_parser(sub)
     _conform_parser(sub)
     _doctor_parser(sub)
+    from fastenv.eval.command import add_parser as _eval_parser
+
+    _eval_parser(sub)
     for name, help_text, description in _PLAIN_COMMANDS:
         sub.add_parser(name, help=help_text, description=description)
     args = parser.parse_args(argv)
@@ -333,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run_vulkan_env()
     if args.command == "doctor":
         return _run_doctor(args)
+    if args.command == "eval":
+        from fastenv.eval.command import run_command
+
+        return run_command(parser, args)
     if args.command == "compile":
         from fastenv.backends.libero._warm import main as compile_main
 

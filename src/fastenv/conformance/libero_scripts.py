@@ -129,6 +129,12 @@ def _env_factory(variant: str, log: list[dict[str, Any]], sims: list[Any]) -> An
     stock = envs.OffScreenRenderEnv
 
     def make(**kwargs: Any) -> Any:
+        # the scripts build an env per task and leave the last open (a GB each): close it here,
+        # keeping what it counted
+        for i, previous in enumerate(sims):
+            if not isinstance(previous, types.SimpleNamespace):
+                sims[i] = types.SimpleNamespace(camera_renders=getattr(previous, "camera_renders", 0))
+                previous.close()
         env = stock(**kwargs) if variant == "unchanged" else OffScreenRenderEnv(**kwargs)
         sims.append(env)
         return _Recorder(env, log)
@@ -136,8 +142,10 @@ def _env_factory(variant: str, log: list[dict[str, Any]], sims: list[Any]) -> An
     return make
 
 
-def run_openpi(root: Path, variant: str, *, suite: str, tasks: int, trials: int, replan_steps: int = 5) -> dict[str, Any]:
-    """openpi's examples/libero/main.py, one of ``VARIANTS``."""
+def run_openpi(root: Path, variant: str, *, suite: str, tasks: int, trials: int, replan_steps: int = 5,
+               policy: Any = None) -> dict[str, Any]:
+    """openpi's examples/libero/main.py, one of ``VARIANTS``; ``policy(element) -> chunk`` answers
+    for its model server (default: the projection of both images and the state, 10 rows)."""
     from libero.libero import benchmark
 
     from fastenv.integrations.libero_eval import patch
@@ -154,6 +162,8 @@ def run_openpi(root: Path, variant: str, *, suite: str, tasks: int, trials: int,
             pass
 
         def infer(self, element: dict) -> dict:
+            if policy is not None:
+                return {"actions": policy(element)}
             features = _features([element["observation/image"], element["observation/wrist_image"]], element["observation/state"])
             return {"actions": _chunk(features, 10)}
 
@@ -167,7 +177,7 @@ def run_openpi(root: Path, variant: str, *, suite: str, tasks: int, trials: int,
         start = time.perf_counter()
         module.eval_libero(module.Args(task_suite_name=suite, num_trials_per_task=trials, replan_steps=replan_steps, video_out_path=out))
         seconds = time.perf_counter() - start
-    return {"episodes": log, "video frames": frames, "seconds": seconds, "renders": _renders(sims, log, variant)}
+    return {"episodes": log, "video frames": frames, "seconds": seconds, "renders": _closed(sims, _renders(sims, log, variant))}
 
 
 def run_oft(root: Path, variant: str, *, suite: str, tasks: int, trials: int) -> dict[str, Any]:
@@ -231,7 +241,16 @@ def run_oft(root: Path, variant: str, *, suite: str, tasks: int, trials: int) ->
             seconds = time.perf_counter() - start
         finally:
             os.chdir(cwd)
-    return {"episodes": log, "video frames": frames, "seconds": seconds, "renders": _renders(sims, log, variant)}
+    return {"episodes": log, "video frames": frames, "seconds": seconds, "renders": _closed(sims, _renders(sims, log, variant))}
+
+
+def _closed(sims: list[Any], value: Any) -> Any:
+    """``value``, once the scripts' envs are closed (they leave them open: a GB each, task after task)."""
+    for sim in sims:
+        if not isinstance(sim, types.SimpleNamespace):
+            sim.close()
+    sims.clear()
+    return value
 
 
 def _renders(sims: list[Any], log: list[dict[str, Any]], variant: str) -> int:

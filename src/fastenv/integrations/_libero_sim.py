@@ -60,6 +60,9 @@ class Simulator:
 
     def __init__(self, adapter: Any) -> None:
         self._adapter = adapter
+        # LIBERO's env is reset again and again here: each reset draws as the stock env's next
+        # one (its model loaded once more each time), not as a fresh env's first
+        adapter._samplers.loads = 1
         self._reset_pending = 1  # resets owed before the next read: the scenes they draw (an init state replaces them)
         self._from_global = False
         self.generation = 0
@@ -90,6 +93,18 @@ class Simulator:
         # scene from it: the reset here draws from a copy of what that seeding left.
         self._adapter._env.seed(seed)
         self._adapter._randomness.state = np.random.get_state()
+        self._from_global = False
+
+    @property
+    def scene_stream(self) -> Any:
+        """Where the env's scene draws stand (what ``seed`` sets and each reset advances: the
+        random stream, and the model loads the stock env would have made): saved and put back,
+        an episode starts from the draws a given history of resets leaves."""
+        return self._adapter._randomness.state, self._adapter._samplers.loads
+
+    @scene_stream.setter
+    def scene_stream(self, stream: Any) -> None:
+        self._adapter._randomness.state, self._adapter._samplers.loads = stream
         self._from_global = False
 
     def reset(self, draws: int = 1, from_global: bool = False) -> Observation:

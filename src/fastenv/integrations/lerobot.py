@@ -104,6 +104,9 @@ def _env_class() -> type:
                 # as it stands (what a render before the next reset shows): so does this one, when read.
                 # (its build draws a scene, then its reset another: the second is the one shown)
                 sim.reset(draws=2, from_global=True)
+                # and its model was loaded twice before the user's first reset (the build, LeRobot's
+                # reset): that reset draws with three loads' property samplers, as LIBERO's own does
+                sim._adapter._samplers.loads = 2
                 self._env = sim
 
         def render(self) -> np.ndarray:

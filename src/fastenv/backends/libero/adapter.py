@@ -408,6 +408,7 @@ class LiberoAdapter:
                 break
             except RandomizationError:
                 self._samplers.after_failed_attempt(raw)
+        self._samplers.after_reset()
         if raw.hard_reset:
             return raw_obs
         for robot in raw.robots:

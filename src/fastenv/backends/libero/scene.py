@@ -71,18 +71,32 @@ class PropertySamplers:
                 period = p
                 break
         self.one_load = samplers[-period:] if period else []
+        # The model loads a stock env has made so far, when this env is to draw as one env reset
+        # again and again does (LIBERO's own API: each hard reset loads the model once more and
+        # appends one load's samplers, and every sampler in the list draws); None: each reset draws
+        # as a freshly built env's first reset (Gymnasium's reset(seed=...)).
+        self.loads: int | None = None
 
     def before_reset(self, raw: Any) -> None:
-        """Set the list so that this reset draws as a freshly built stock env's first reset does."""
+        """Set the list so that this reset draws as a freshly built stock env's first reset does
+        (``loads`` None), or as the stock env's next reset after ``loads`` model loads."""
         if not hasattr(raw, "object_property_initializers"):
             return
+        loads = 1 if self.loads is None else self.loads
         if raw.hard_reset:  # the reset loads the model, which appends one load's samplers
-            raw.object_property_initializers = list(self.one_load)
+            raw.object_property_initializers = self.one_load * loads
         else:
-            raw.object_property_initializers = self.one_load * 2
+            raw.object_property_initializers = self.one_load * (loads + 1)
+
+    def after_reset(self) -> None:
+        """A reset done: a stock env loaded its model once more."""
+        if self.loads is not None:
+            self.loads += 1
 
     def after_failed_attempt(self, raw: Any) -> None:
         """A placement failed and LIBERO tries the reset again: a hard reset's next attempt loads
         the model once more (one more load's samplers); an in-place one draws as if it did."""
         if hasattr(raw, "object_property_initializers") and not raw.hard_reset:
             raw.object_property_initializers = raw.object_property_initializers + self.one_load
+        if self.loads is not None:
+            self.loads += 1
