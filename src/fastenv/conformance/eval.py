@@ -97,7 +97,9 @@ def reference(root: Path, policy: Any, *, suite: str, tasks: int, trials: int) -
     return {"episodes": out, "seconds": run["seconds"]}
 
 
-def differences(ref: dict[str, dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[str]:
+def differences(ref: dict[str, dict[str, Any]], results: Sequence[dict[str, Any]], *,
+                keys: Sequence[str] = ("success", "length", "actions_sha256"), reference: str = "openpi") -> list[str]:
+    """Every way ``results`` (fastenv eval's episodes) differ from ``ref`` (the reference loop's, by id)."""
     got = {r["id"]: r for r in results}
     out = []
     for episode, want in ref.items():
@@ -105,9 +107,11 @@ def differences(ref: dict[str, dict[str, Any]], results: Sequence[dict[str, Any]
         if r is None:
             out.append(f"{episode}: no result")
             continue
-        for key in ("success", "length", "actions_sha256"):
+        for key in keys:
             if r[key] != want[key]:
-                out.append(f"{episode}: {key} {r[key]!r} against openpi's {want[key]!r}")
+                out.append(f"{episode}: {key} {r[key]!r:.20} against {reference}'s {want[key]!r:.20}")
+    if len(got) != len(ref):
+        out.append(f"{len(got)} episodes from fastenv, {len(ref)} from {reference}")
     return out
 
 

@@ -144,19 +144,9 @@ def reference(env_cfg: Any, parts: tuple, *, n_envs: int, n_episodes: int, start
 
 
 def differences(ref: dict[str, dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[str]:
-    got = {r["id"]: r for r in results}
-    out = []
-    for episode, want in ref.items():
-        r = got.get(episode)
-        if r is None:
-            out.append(f"{episode}: no result")
-            continue
-        for key in ("success", "length", "return", "actions_sha256"):
-            if r[key] != want[key]:
-                out.append(f"{episode}: {key} {r[key]!r:.20} against LeRobot's {want[key]!r:.20}")
-    if len(got) != len(ref):
-        out.append(f"{len(got)} episodes from fastenv, {len(ref)} from LeRobot")
-    return out
+    from fastenv.conformance.eval import differences as compare
+
+    return compare(ref, results, keys=("success", "length", "return", "actions_sha256"), reference="LeRobot")
 
 
 def schedule_differences(ref: dict[str, dict[str, Any]], suite: str, tasks: Sequence[int], n_episodes: int, n_envs: int,

@@ -48,15 +48,9 @@ class Episode:
 def suite_tasks(suite: str) -> tuple[int, int]:
     """``(number of tasks, init states per task)`` of a LIBERO suite; an unknown suite is refused
     with the known ones (LIBERO's benchmark table is read; no simulator is built)."""
-    from fastenv.backends.libero.task import import_libero, without_task_order_line
+    from fastenv.backends.libero.task import load_suite
 
-    suites = import_libero().benchmark.get_benchmark_dict()
-    if suite not in suites:
-        close = difflib.get_close_matches(str(suite).lower(), list(suites), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}known suites: {sorted(suites)}")
-    with without_task_order_line():
-        bench = suites[suite]()
+    bench = load_suite(suite)
     return bench.n_tasks, len(bench.get_task_init_states(0))
 
 

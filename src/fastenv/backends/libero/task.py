@@ -100,6 +100,18 @@ def import_libero() -> SimpleNamespace:
     )
 
 
+def load_suite(suite: str) -> object:
+    """LIBERO's benchmark object of ``suite`` (its tasks and init states; no simulator is built);
+    an unknown name raises ValueError with the closest one and the known suites."""
+    suites = import_libero().benchmark.get_benchmark_dict()
+    if suite not in suites:
+        close = difflib.get_close_matches(str(suite).lower(), list(suites), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}available suites: {sorted(suites)}")
+    with without_task_order_line():
+        return suites[suite]()
+
+
 @dataclass(frozen=True)
 class LiberoTask:
     """One LIBERO task: its BDDL file, init states and instruction."""
@@ -114,13 +126,7 @@ class LiberoTask:
     def load(cls, suite: str, task_id: int) -> LiberoTask:
         """Look up ``task_id`` of ``suite``; unknown names and ids raise ValueError."""
         lib = import_libero()
-        suites = lib.benchmark.get_benchmark_dict()
-        if suite not in suites:
-            close = difflib.get_close_matches(str(suite).lower(), list(suites), n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}available suites: {sorted(suites)}")
-        with without_task_order_line():
-            bench = suites[suite]()
+        bench = load_suite(suite)
         if isinstance(task_id, bool) or not isinstance(task_id, (int, np.integer)):
             raise TypeError(f"task_id must be an integer, got {task_id!r}")
         if not 0 <= task_id < bench.n_tasks:
