@@ -56,6 +56,7 @@ def _loop_against_stock(suite, task_id, episodes, steps):
         rng = np.random.default_rng(task_id)
         for env in (stock, fast):
             env.seed(7)
+        compared = 0  # steps whose every output was compared
         for episode in range(episodes):
             stock.reset(), fast.reset()
             obs = [stock.set_init_state(task.init_states[episode]), fast.set_init_state(task.init_states[episode])]
@@ -65,12 +66,14 @@ def _loop_against_stock(suite, task_id, episodes, steps):
             assert _same(models[0].body_pos, models[1].body_pos) and _same(models[0].body_quat, models[1].body_quat), f"episode {episode}'s scene"
             actions = [[0.0] * 6 + [-1.0]] * 10 + list(rng.uniform(-1, 1, size=(steps, 7)))
             for t, action in enumerate(actions):
+                compared += 1
                 (o0, r0, d0, i0), (o1, r1, d1, i1) = stock.step(action), fast.step(action)
                 assert (r1, d1, i1) == (r0, d0, i0), f"episode {episode} step {t}"
                 differing = [k for k in o0 if not _same(o0[k], o1[k])]
                 assert not differing, f"episode {episode} step {t}: {differing}"
                 assert fast.check_success() == stock.check_success()
         assert fast.language_instruction == stock.language_instruction  # the BDDL file's (LIBERO's suite names some otherwise)
+        return compared
     finally:
         stock.close()
         fast.close()
@@ -80,7 +83,7 @@ def _loop_against_stock(suite, task_id, episodes, steps):
 def test_the_env_answers_an_evaluation_loop_as_liberos_own_does(suite, task_id):
     """libero_spatial 4 places its cabinet and stove at random at each reset: a stock env reset
     again and again draws them as its model's loads so far make it, and so does fastenv's."""
-    _loop_against_stock(suite, task_id, episodes=3, steps=15)
+    assert _loop_against_stock(suite, task_id, episodes=3, steps=15) == 3 * (10 + 15)
 
 
 @pytest.mark.ci_sample("every task's evaluation loop against LIBERO's", keep=3)
@@ -88,7 +91,7 @@ def test_the_env_answers_an_evaluation_loop_as_liberos_own_does(suite, task_id):
 def test_every_tasks_evaluation_loop_is_liberos_own(suite, task_id):
     """The sweep: every task of every suite, three episodes of one env (FASTENV_CI_FULL=1 runs all
     130 under CI; three are drawn per commit)."""
-    _loop_against_stock(suite, task_id, episodes=3, steps=3)
+    assert _loop_against_stock(suite, task_id, episodes=3, steps=3) == 3 * (10 + 3)
 
 
 def test_a_camera_renders_only_when_its_image_is_read_and_reads_are_the_steps_own(libero_task):
