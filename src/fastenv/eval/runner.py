@@ -346,7 +346,7 @@ class _Run:
             self.served += 1
             if not self._working(w):
                 w.last_seen = time.monotonic()
-            w.conn.send(("act", request.slot, chunk))
+            w.conn.send(("act", request.slot, chunk[: self.protocol.replan_steps]))  # the rows the loop uses
 
     def _tune(self) -> None:
         """B_max and T_max from what the first calls measured: the policy's seconds as ``a + b x
