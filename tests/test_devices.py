@@ -30,7 +30,8 @@ def test_workers_are_spread_round_robin_over_the_chosen_gpus():
     assert worker_environments(None, 3, {}, FOUR) == [{}, {}, {}]
     plan = worker_environments("auto", 6, {}, FOUR)
     assert gpu_of(plan) == ["0", "1", "2", "3", "0", "1"]
-    assert all(env["MUJOCO_EGL_DEVICE_ID"] == env["CUDA_VISIBLE_DEVICES"] for env in plan)
+    # the EGL device is the worker's to match (fastenv.gpus): an inherited one is dropped
+    assert all(env["MUJOCO_EGL_DEVICE_ID"] is None for env in plan)
     assert gpu_of(worker_environments("auto", 3, {"CUDA_VISIBLE_DEVICES": "2,3"}, FOUR)) == ["2", "3", "2"]
     assert gpu_of(worker_environments([3, 1], 3, {}, FOUR)) == ["3", "1", "3"]
     assert gpu_of(worker_environments(["3"], 2, {"CUDA_VISIBLE_DEVICES": "3"}, FOUR)) == ["3", "3"]
@@ -47,12 +48,17 @@ def test_workers_are_spread_round_robin_over_the_chosen_gpus():
         ("gpu", {}, "None, 'auto' or a list"),
         ([-1], {}, "non-negative integers"),
         ([True], {}, "non-negative integers"),
-        ("auto", {"CUDA_VISIBLE_DEVICES": "GPU-1a2b,GPU-3c4d"}, "integer GPU ids"),
     ],
 )
 def test_a_wrong_device_is_a_clear_error(devices, environ, message):
     with pytest.raises(ValueError, match=message):
         worker_environments(devices, 2, environ, FOUR)
+
+
+def test_gpus_named_by_uuid_are_spread_as_named():
+    # CUDA_VISIBLE_DEVICES may name GPUs by UUID: each worker gets one, its EGL device matched by UUID
+    environ = {"CUDA_VISIBLE_DEVICES": "GPU-1a2b,MIG-3c4d"}
+    assert gpu_of(worker_environments("auto", 3, environ, FOUR)) == ["GPU-1a2b", "MIG-3c4d", "GPU-1a2b"]
 
 
 def _told(env):
@@ -63,20 +69,21 @@ def test_each_worker_starts_with_its_gpu(monkeypatch):
     # Six envs on three workers over the two GPUs CUDA_VISIBLE_DEVICES shows: what each worker's
     # envs see. The parent's environment is left as it was.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
-    monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)
+    monkeypatch.setenv("MUJOCO_EGL_DEVICE_ID", "1")  # the parent's own: not its workers'
+
     envs = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 6, num_workers=3, render_devices="auto")
     try:
         seen = envs.apply(_told)
         by_worker = {w: envs.layout.worker_envs(w).tolist() for w in range(3)}
         for w, gpu in zip(range(3), ["4", "6", "4"]):
-            assert all(seen[i] == (gpu, gpu) for i in by_worker[w]), (w, seen)
-        assert envs.worker_environments[1] == {"CUDA_VISIBLE_DEVICES": "6", "MUJOCO_EGL_DEVICE_ID": "6"}
+            assert all(seen[i] == (gpu, None) for i in by_worker[w]), (w, seen)
+        assert envs.worker_environments[1] == {"CUDA_VISIBLE_DEVICES": "6", "MUJOCO_EGL_DEVICE_ID": None}
     finally:
         envs.close()
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,6" and "MUJOCO_EGL_DEVICE_ID" not in os.environ
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,6" and os.environ["MUJOCO_EGL_DEVICE_ID"] == "1"
     plain = PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2)  # default: inherited
     try:
-        assert plain.apply(_told) == (("4,6", None), ("4,6", None))
+        assert plain.apply(_told) == (("4,6", "1"), ("4,6", "1"))
     finally:
         plain.close()
 

@@ -40,6 +40,11 @@ def test_doctor_builds_an_env_and_says_which_fast_paths_serve_and_why_one_does_n
     assert report["compiled loop"]["cache"]["complete"] is True and "holds the control loop compiled for this CPU" in run.stdout
     assert report["maniskill"]["installed"] is False or "ManiSkill" in run.stdout
     assert "steps aside" not in run.stderr
+    # what renders: the env's renderer (here Mesa's, no GPU), EGL's devices and the vendor libraries found
+    assert report["libero env"]["render"]["api"] == "EGL" and report["libero env"]["render"]["renderer"]
+    render = report["render devices"]
+    assert render["egl"] and render["vendor_libraries"]["egl"] and "  EGL       devices: #0" in run.stdout
+    assert "  vendors   EGL: " in run.stdout
 
 
 @pytest.mark.libero

@@ -150,3 +150,19 @@ def test_the_first_step_docs_table_is_the_committed_json():
             assert all(row["background_line"]) and not any(row["inline_line"])
         if row["config"].startswith("cold cache, inline"):
             assert all(row["inline_line"]) and not any(row["background_line"])
+
+
+def test_the_background_compile_runs_at_the_cpus_lowest_priority(tmp_path, monkeypatch):
+    # the child that compiles in the background starts with this: it never takes a core the envs step on
+    from fastenv.backends.libero.compiled import lowest_priority
+
+    code = "import os; print(os.sched_getscheduler(0) == os.SCHED_IDLE, os.nice(0))"
+    run = subprocess.run([sys.executable, "-c", code], preexec_fn=lowest_priority, capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["True", "19"]
+    # and _start_background starts its child so
+    started = []
+    monkeypatch.setattr(compiled.subprocess, "Popen", lambda *a, **k: started.append(k))
+    monkeypatch.setattr(compiled, "cached", lambda kernels: False)
+    kernels = type("K", (), {"control": type("C", (), {"_cache": type("D", (), {"_cache_path": str(tmp_path)})})})
+    assert compiled._start_background(kernels) is not None
+    assert started and started[0]["preexec_fn"] is lowest_priority

@@ -32,6 +32,7 @@ Default's, chunk by chunk over the chunks both ran (the "same data" column).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -39,7 +40,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -380,7 +381,27 @@ def run_variant(
     # Which fast paths served each env (in its worker) at the end of the round
     served = [dict(paths) for paths in envs.call("fast_paths")]
     return {"env_steps": done, "seconds": wall, "breakdown_s": breakdown, "env_cpu_s": env_cpu, "trajectories": trajectories,
-            "fast_paths": served}
+            "fast_paths": served, "renderers": per_worker(envs.call("renderer"))}
+
+
+def per_worker(renderers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each env process's renderer once (``SimEnv.renderer`` of each env, several envs per worker)."""
+    return list({r["pid"]: r for r in renderers}.values())
+
+
+def renderer_line(rows: list[dict[str, Any]]) -> str:
+    """What each configuration's workers rendered with (their last round), as one line."""
+    def name(w: dict[str, Any]) -> str:
+        return f"{w.get('renderer') or 'unknown'} ({w.get('api') or '?'}{', CPU' if w.get('software') else ''})"
+
+    names = {name(w) for r in rows for w in r.get("renderer_per_worker", [])}
+    if len(names) == 1:
+        return f"renderer: every worker of every configuration rendered with {names.pop()}"
+    parts = []
+    for r in rows:
+        seen = collections.Counter(name(w) for w in r.get("renderer_per_worker", []))
+        parts.append(f"{r['config']}: " + ", ".join(f"{n} x {k}" for k, n in seen.items()))
+    return "renderer per worker: " + "; ".join(parts)
 
 
 def _device(name: str, policy_cores: list[int]) -> Any:
@@ -531,6 +552,7 @@ def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], e
             "breakdown_ms_per_env_step": breakdown,
             "floor_ms_per_env_step": floor,
             "x_floor": statistics.median(ms) / floor if floor else None,
+            "renderer_per_worker": runs[-1].get("renderers", []),
             "rounds": [{**{k: v for k, v in s.items() if k != "trajectories"}, "episodes_ended": s["trajectories"].episodes_ended} for s in runs],
             "variant": dataclasses.asdict(variant),
         }
@@ -600,6 +622,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         "NOT SERVED: the configuration's own fast path stepped aside in some env, the JSON's fast_paths_served says where)"
     )
     lines += format_overlap(rows)
+    lines.append(renderer_line(rows))
     return "\n".join(lines)
 
 

@@ -302,6 +302,9 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task-id", type=int, default=3, help="its task (default %(default)s)")
     p.add_argument("--no-env", action="store_true", help="read the facts only, build no env (seconds instead of a minute)")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    p.add_argument("--record-gpus", metavar="PATH",
+                   help="also record this machine's CUDA and EGL device lists, as processes with each GPU alone (by index and by "
+                   "UUID) and in PCI order see them, to PATH (JSON; the tests' recorded machines are such files)")
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
@@ -311,6 +314,11 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
     report = diagnose(args.suite, args.task_id, env=not args.no_env)
     print(format_report(report))
+    if args.record_gpus:
+        from fastenv.gpus import record
+
+        with open(args.record_gpus, "w") as f:
+            json.dump(record(), f, indent=1)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2, default=str)

@@ -133,6 +133,7 @@ def libero_env(suite: str, task_id: int, camera_size: int = 64) -> dict[str, Any
                 env.step(np.zeros(env.action_space.shape, dtype=env.action_space.dtype))
             out["fast_paths"] = env.unwrapped.fast_paths()
             out["renderer"] = _gl_renderer(env.unwrapped.adapter._raw)
+            out["render"] = env.unwrapped.renderer()
         finally:
             env.close()
     out["seconds"] = round(time.perf_counter() - start, 1)
@@ -192,20 +193,81 @@ def maniskill() -> dict[str, Any]:
     return {"installed": True, "vulkan": found["why"] is None, "why": found["why"], "devices": devices}
 
 
+def render_devices() -> dict[str, Any]:
+    """The GPUs and what renders on them (``fastenv.gpus.report``): CUDA's devices, EGL's list, the
+    EGL device matched to each CUDA device, the EGL and Vulkan vendor libraries found."""
+    from fastenv import gpus
+
+    return gpus.report()
+
+
+def _renderer(env: Any) -> dict[str, Any]:
+    import os
+
+    return {**env.unwrapped.renderer(), "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def worker_renderers(suite: str, task_id: int, num_workers: int) -> list[dict[str, Any]]:
+    """What each of ``num_workers`` vector-env workers renders with, one per visible GPU
+    (``render_devices="auto"``), each building one LIBERO env with a 32-px camera."""
+    import functools
+
+    from fastenv.envs.libero import make_env
+    from fastenv.vector import PipelineVectorEnv
+
+    make = functools.partial(make_env, suite, task_id, camera_size=32, modalities=("agentview_image",))
+    envs = PipelineVectorEnv([make] * num_workers, num_workers=num_workers, render_devices="auto")
+    try:
+        return list(envs.apply(_renderer))
+    finally:
+        envs.close()
+
+
 def diagnose(suite: str = "libero_goal", task_id: int = 3, env: bool = True) -> dict[str, Any]:
     """Everything ``fastenv doctor`` reports, as a dict."""
-    report: dict[str, Any] = {"cpu": cpu(), "versions": versions()}
+    from fastenv import gpus
+
+    report: dict[str, Any] = {"cpu": cpu(), "versions": versions(), "render devices": render_devices()}
     libero = importlib.util.find_spec("libero") is not None
     if libero:
         report["compiled loop"] = compiled_loop()
         if env:
             report["libero env"] = libero_env(suite, task_id)
+            visible = len(report["render devices"]["cuda"] or []) if gpus.nvidia_gpu_visible() else 0
+            if visible:
+                report["workers"] = worker_renderers(suite, task_id, visible)
     else:
         from fastenv._deps import install_command
 
         report["libero"] = {"installed": False, "do": install_command("libero")}
     report["maniskill"] = maniskill()
     return report
+
+
+def format_render(report: dict[str, Any]) -> list[str]:
+    """The GPUs, EGL's devices and their match, the vendor libraries, each worker's renderer."""
+    r = report.get("render devices")
+    if r is None:
+        return []
+    lines = []
+    cuda, egl = r["cuda"], r["egl"]
+    lines.append("  GPUs      " + ("no CUDA driver" if cuda is None else "CUDA sees none" if not cuda else "; ".join(
+        f"CUDA {d['index']}: {d['name']} ({d['uuid']}, PCI {d['pci_bus_id']}) -> EGL device "
+        + (f"{m['egl_device']} (by {m['by']})" if (m := r["matches"][str(d["index"])])["egl_device"] is not None else f"NONE: {m['why']}")
+        for d in cuda)))
+    if egl is not None:
+        lines.append("  EGL       devices: " + ("; ".join(
+            f"#{d['index']} {'NVIDIA' if d['nvidia'] else 'CPU (Mesa)' if d['software'] else d['driver'] or 'other'}"
+            + (f" {d['uuid']}" if d["uuid"] else "") for d in egl) or "none"))
+    libs = r["vendor_libraries"]
+    lines.append("  vendors   " + "; ".join(
+        f"{name}: " + (", ".join(f"{f['library']} ({'loads' if f['loadable'] else 'does NOT load'})" for f in libs[api]) or "none found")
+        for api, name in (("egl", "EGL"), ("vulkan", "Vulkan"))))
+    for w in report.get("workers", []):
+        lines.append(f"  worker    pid {w['pid']} (CUDA_VISIBLE_DEVICES={w['CUDA_VISIBLE_DEVICES']}): {w['renderer']} ({w['api']}"
+                     + (f", EGL device {w['egl_device']} by {w['matched_by']}" if w.get("egl_device") is not None else "")
+                     + (", CPU renderer" if w["software"] else "") + ")")
+    return lines
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -258,6 +320,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  ManiSkill Vulkan device found: {'; '.join(d.removeprefix('GPU: ') for d in m['devices'][:3]) or 'yes'}")
     else:
         lines.append(f"  ManiSkill NO Vulkan device: {m['why']}")
+    lines += format_render(report)
     aside = list(env["aside"]) if env else []
     lines.append("All of a LIBERO env's fast paths serve here." if env and not aside else
                  f"Stepping aside here: {', '.join(aside)} (same data, more time)." if aside else "")

@@ -7,6 +7,8 @@ import os
 import sys
 import warnings
 
+from fastenv import gpus
+
 
 def configure_mujoco_gl() -> str:
     """Set ``MUJOCO_GL`` (EGL by default, OSMesa as fallback) unless the user already chose one.
@@ -27,7 +29,20 @@ def configure_mujoco_gl() -> str:
         os.environ["MUJOCO_GL"] = chosen
     if chosen in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", chosen)
+    if chosen == "egl" and "mujoco" not in sys.modules:
+        gpus.choose_egl_device()  # the EGL device that is this process's CUDA device, by identity
     return chosen
+
+
+def gl_renderer() -> str | None:
+    """GL_RENDERER of the current OpenGL context (PyOpenGL), None where none is current."""
+    try:
+        from OpenGL.GL import GL_RENDERER, glGetString
+
+        value = glGetString(GL_RENDERER)
+    except Exception:
+        return None
+    return value.decode(errors="replace") if value else None
 
 
 # The process that made an OpenGL context (built a LIBERO env). A child forked from it inherits

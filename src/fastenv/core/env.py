@@ -8,6 +8,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
+from fastenv import gpus
 from fastenv._validation import check_action, check_positive_int
 from fastenv.core.protocol import (
     KEEP,
@@ -110,6 +111,19 @@ class SimEnv(gym.Env):
             {'compiled control loop': True, 'compiled policy step': True, ...}
         """
         return dict(self.adapter.fast_paths()) if self._reports_fast_paths else {}
+
+    def renderer(self) -> dict[str, Any]:
+        """What this env's process renders with (``fastenv.gpus``): the API (EGL, Vulkan), the
+        renderer's name, whether it is a CPU renderer, the EGL device and how it was matched to the
+        process's GPU; ``renderer`` None where nothing has rendered in the process yet.
+
+        Examples:
+            >>> env.renderer()  # a LIBERO env on an H100
+            {'pid': 4242, 'api': 'EGL', 'renderer': 'NVIDIA H100 80GB HBM3/PCIe/SSE2', 'software': False, ...}
+        """
+        import os
+
+        return {"pid": os.getpid(), "api": None, "renderer": None, "software": None, **(gpus.renderer_in_use() or {})}
 
     @property
     def shared_physics(self) -> bool:

@@ -1,27 +1,19 @@
 """Which GPU each worker renders on: spread over the visible GPUs, respecting ``CUDA_VISIBLE_DEVICES``.
 
-A worker is pinned to one GPU by the environment it starts with: ``CUDA_VISIBLE_DEVICES=<id>``
-(so CUDA, torch and SAPIEN, ManiSkill's renderer, see that GPU as their device 0) and
-``MUJOCO_EGL_DEVICE_ID=<id>`` (MuJoCo's and robosuite's EGL device, LIBERO's renderer; like
-robosuite, this takes a GPU's CUDA id to be its EGL device index). Worker ``w`` gets GPU
-``devices[w % len(devices)]``.
+A worker is pinned to one GPU by the environment it starts with: ``CUDA_VISIBLE_DEVICES=<id>``, so
+CUDA, torch and SAPIEN (ManiSkill's renderer) see that GPU as their device 0. Its EGL device
+(MuJoCo's and robosuite's, LIBERO's renderer) is not a CUDA id: the worker finds the EGL device that
+is the same GPU by identity when it builds its first LIBERO env (``fastenv.gpus``), so an inherited
+``MUJOCO_EGL_DEVICE_ID`` is dropped. Worker ``w`` gets GPU ``devices[w % len(devices)]``.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-VARIABLES = ("CUDA_VISIBLE_DEVICES", "MUJOCO_EGL_DEVICE_ID")
-
-
-def _nvidia_devices() -> list[str]:
-    """The NVIDIA GPUs of this machine, by their device files (/dev/nvidia0, /dev/nvidia1, ...)."""
-    ids = [int(m.group(1)) for path in glob.glob("/dev/nvidia*") if (m := re.fullmatch(r"/dev/nvidia(\d+)", path))]
-    return [str(i) for i in sorted(ids)]
+from fastenv.gpus import nvidia_device_files as _nvidia_devices
 
 
 def visible_gpus(environ: Mapping[str, str] | None = None, probe: Any = _nvidia_devices) -> list[str]:
@@ -37,7 +29,7 @@ def visible_gpus(environ: Mapping[str, str] | None = None, probe: Any = _nvidia_
 
 def worker_environments(
     render_devices: Any, num_workers: int, environ: Mapping[str, str] | None = None, probe: Any = _nvidia_devices
-) -> list[dict[str, str]]:
+) -> list[dict[str, str | None]]:
     """Per worker, the variables that pin it to its GPU (``render_devices``: None, "auto" or GPU ids).
 
     None: none (every worker inherits this process's environment). "auto": the visible GPUs, none
@@ -62,11 +54,10 @@ def worker_environments(
             if str(device) not in visible:
                 raise ValueError(f"render_devices: GPU {device} is not visible here; visible GPUs: {visible} (from {where})")
             chosen.append(str(device))
-    if chosen and not all(device.isdigit() for device in chosen):
-        raise ValueError(f"render_devices needs integer GPU ids to pin EGL devices, got {chosen} (from {where})")
     if not chosen:
         return [{} for _ in range(num_workers)]
-    return [dict.fromkeys(VARIABLES, chosen[w % len(chosen)]) for w in range(num_workers)]
+    # None: unset in the worker (it matches its EGL device to its GPU itself).
+    return [{"CUDA_VISIBLE_DEVICES": chosen[w % len(chosen)], "MUJOCO_EGL_DEVICE_ID": None} for w in range(num_workers)]
 
 
 __all__ = ["visible_gpus", "worker_environments"]

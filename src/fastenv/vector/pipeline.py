@@ -145,8 +145,8 @@ class PipelineVectorEnv(VectorEnv):
         render_devices: the GPUs the workers render on: None (each inherits this process's
             environment), "auto" (the visible GPUs: ``CUDA_VISIBLE_DEVICES``'s, else the machine's)
             or a list of GPU ids; worker w gets ``devices[w % len(devices)]`` as its
-            ``CUDA_VISIBLE_DEVICES`` and ``MUJOCO_EGL_DEVICE_ID`` (local workers; with Ray, its
-            ``num_gpus`` assigns GPUs).
+            ``CUDA_VISIBLE_DEVICES``, and renders on the EGL device that is that GPU, matched by
+            identity (``fastenv.gpus``) (local workers; with Ray, its ``num_gpus`` assigns GPUs).
         layout_resolver: what turns ``layout`` and ``tune_options`` into the plan run,
             ``resolver(env_fns, layout, tune_options, context=...)``. None reads a plan, its dict
             or its JSON here, and has ``fastenv.tuning.plan_for`` tune for ``layout="auto"``.

@@ -128,10 +128,14 @@ class Transport(Protocol):
 
 
 @contextlib.contextmanager
-def child_environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration of a child's start (it inherits them)."""
+def child_environment(variables: Mapping[str, str | None]) -> Iterator[None]:
+    """Set environment variables (None: unset) for the duration of a child's start (it inherits them)."""
     saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:

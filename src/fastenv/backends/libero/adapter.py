@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from fastenv import gpus
 from fastenv._validation import check_positive_int
-from fastenv.backends._gl import check_not_forked_after_gl, note_gl_context
+from fastenv.backends._gl import check_not_forked_after_gl, gl_renderer, note_gl_context
 from fastenv.backends.libero import contacts
 from fastenv.backends.libero.control import ControlLoop
 from fastenv.backends.libero.mujoco_facts import facts, step_aside
@@ -225,6 +227,9 @@ class LiberoAdapter:
     def _adopt_built_env(self) -> None:
         note_gl_context()
         raw = self._raw
+        if gpus.renderer_in_use() is None and getattr(raw.sim, "_render_context_offscreen", None) is not None:
+            make_gl_current(raw)
+            gpus.note_renderer("EGL" if os.environ.get("MUJOCO_GL", "egl") == "egl" else os.environ["MUJOCO_GL"], gl_renderer())
         if not hasattr(self, "_built"):
             self._built = RenderConfig(
                 tuple(raw.camera_names),

@@ -222,6 +222,19 @@ def _compiling(lock_path: str) -> bool:
     return False
 
 
+def lowest_priority() -> None:
+    """This process at the CPU's lowest priority: Linux's SCHED_IDLE (it runs only on a core nothing
+    else wants), else nice 19. The background compile so never takes a core the envs step on."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.nice(19 - os.nice(0))
+    except OSError:
+        pass
+
+
 def _start_background(kernels: Any) -> str | None:
     """Start the child that compiles into numba's cache, holding the lock in numba's cache folder
     (or find one running); the lock's path, or None where neither can be done."""
@@ -246,6 +259,7 @@ def _start_background(kernels: Any) -> str | None:
             subprocess.Popen(
                 [sys.executable, "-m", "fastenv.backends.libero._warm"], pass_fds=(fd,), stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "FASTENV_COMPILE": "inline"}, close_fds=True,
+                preexec_fn=lowest_priority,
             )
     except Exception:
         return None

@@ -8,6 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from fastenv import gpus
 from fastenv._deps import require
 from fastenv.backends._vulkan import configure_vulkan
 from fastenv.backends.maniskill.observations import obs_mode_for
@@ -132,7 +133,26 @@ def build(
         h, w = (camera_size, camera_size) if isinstance(camera_size, int) else camera_size
         env_kwargs.setdefault("sensor_configs", dict(width=w, height=h))
     cls = type(spec.cls.__name__, (_Pruned, spec.cls), {"_fastenv_cameras": cameras, "_fastenv_render": render_mode in ("rgb_array", "all")})
-    return cls(num_envs=num_envs, render_mode=render_mode, **{**spec.default_kwargs, **env_kwargs})
+    env = cls(num_envs=num_envs, render_mode=render_mode, **{**spec.default_kwargs, **env_kwargs})
+    note_render_device(env)
+    return env
+
+
+def note_render_device(env: Any) -> dict[str, Any] | None:
+    """Record the Vulkan device SAPIEN renders this process's envs on (``fastenv.gpus``): the CUDA
+    device's own (SAPIEN matches its Vulkan device to CUDA's), else the first Vulkan device that
+    renders (on a machine without CUDA, Mesa's lavapipe). Said once where that is the CPU beside a GPU."""
+    if gpus.renderer_in_use() is not None:
+        return gpus.renderer_in_use()
+    device = getattr(env.unwrapped, "_render_device", None)
+    if device is None or not hasattr(device, "is_cuda"):
+        return None
+    if device.is_cuda():
+        return gpus.note_renderer("Vulkan", device.name, f"cuda:{device.cuda_id}, PCI {device.pci_string}")
+    import sapien
+
+    names = [line.split(":", 1)[1].strip() for line in sapien.render.get_device_summary().splitlines() if line.startswith("GPU:")]
+    return gpus.note_renderer("Vulkan", names[0] if names else None, str(device))
 
 
 class _Pruned:

@@ -1,0 +1,186 @@
+"""fastenv on a GPU server: which device renders, the main job, GPU memory per env, ManiSkill on the GPU.
+
+    python benchmarks/bench_gpu_server.py --out results/bench_gpu_server.json
+    python benchmarks/bench_gpu_server.py --parts maniskill --out results/bench_gpu_server_maniskill.json
+
+One prepared run for a machine with an NVIDIA GPU (sized for under 8 minutes on one H100 with 16
+cores); each part runs in its own process under a time limit, and the JSON is written after each,
+so a part that fails or runs out of time leaves the others' figures:
+
+- ``devices``: ``fastenv doctor`` (each worker's renderer, one worker per visible GPU, with
+  ``render_devices="auto"``) and the CUDA and EGL device lists as processes with each GPU alone
+  (by index, by UUID) and in PCI order see them, with the EGL device matched to each
+  (``fastenv.gpus``; the file is a recorded machine for ``tests/test_gpus.py``);
+- ``libero``: ``fastenv compile``, then the main job, ``fastenv bench`` with 8 envs over the
+  host's cores, the compiled loop serving, a VLA's cost spent by a random-weight transformer on
+  the GPU (``--policy-compute transformer``); its rows, x Default and x floor, and each worker's
+  renderer;
+- ``memory``: GPU memory per LIBERO env (NVML: the process's graphics memory and the device's used
+  memory) as one process builds 1, 2 and 4 envs with two 128-px cameras, beside its resident memory;
+- ``rlinf``: RLinf main's LIBERO env with its ``skip_intermediate_renders`` off and on against
+  fastenv's drop-in under RLinf's own env worker (``benchmarks/bench_rlinf_stages.py``, one Python);
+- ``maniskill``: ManiSkill's CPU physics with SAPIEN rendering on the GPU, PushCube-v1 and
+  PickCube-v1 with one 128-px rgb camera, ManiSkill's own env against fastenv's chunks of 1 and 8
+  (``benchmarks/bench_maniskill.py``), and the device SAPIEN rendered on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("devices", "libero", "memory", "rlinf", "maniskill")
+
+
+def _run(command: list[str], limit: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one part's command; its output's tail, exit code and seconds."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit, env={**os.environ, **(env or {})}, cwd=ROOT)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as stopped:
+        code = "timeout"
+        out = stopped.stdout.decode(errors="replace") if isinstance(stopped.stdout, bytes) else stopped.stdout or ""
+        err = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
+    seconds = round(time.perf_counter() - start, 1)
+    print(f"$ {' '.join(command)}\n{out[-6000:]}\n{err[-3000:]}\n(exit {code}, {seconds} s)", flush=True)
+    return {"command": command, "exit": code, "seconds": seconds, "stdout_tail": out[-4000:], "stderr_tail": err[-3000:]}
+
+
+def part_devices(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    fastenv = [sys.executable, "-m", "fastenv.cli"]
+    doctor = _run([*fastenv, "doctor", "--json", str(folder / "doctor.json"), "--record-gpus", str(folder / "gpus.json")], args.limit)
+    out: dict[str, Any] = {"doctor": doctor}
+    for name in ("doctor.json", "gpus.json"):
+        if (folder / name).exists():
+            out[name.removesuffix(".json")] = json.loads((folder / name).read_text())
+    return out
+
+
+def part_libero(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    fastenv = [sys.executable, "-m", "fastenv.cli"]
+    compiled = _run([*fastenv, "compile"], 240)
+    cores = len(os.sched_getaffinity(0))
+    bench = _run([*fastenv, "bench", "--num-envs", "8", "--workers", str(4 if cores >= 6 else 2), "--device", "cuda",
+                  "--policy-cost", args.policy_cost, "--policy-compute", "transformer", "--chunk", "8",
+                  "--steps", str(args.steps), "--rounds", str(args.rounds), "--out", str(folder / "bench")], args.limit)
+    out: dict[str, Any] = {"compile": compiled, "bench": bench}
+    written = folder / "bench" / "fastenv_bench.json"
+    if written.exists():
+        out["fastenv_bench"] = json.loads(written.read_text())
+    return out
+
+
+MEMORY_CHILD = """
+import json, os, sys, time
+import pynvml, psutil
+from fastenv.envs.libero import make_env
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+def read():
+    mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle) + pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            if p.pid == os.getpid() and p.usedGpuMemory is not None]
+    return {"process_gpu_mb": round(sum(mine) / 2**20, 1) if mine else None,
+            "device_used_mb": round(pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20, 1),
+            "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1)}
+rows = [{"envs": 0, **read()}]
+envs = []
+for n in (1, 2, 4):
+    while len(envs) < n:
+        env = make_env("libero_10", 0, chunk=None, camera_size=128, modalities=("agentview_image", "robot0_eye_in_hand_image"))
+        env.reset(seed=len(envs))
+        envs.append(env)
+    rows.append({"envs": n, **read(), "renderer": envs[0].unwrapped.renderer()})
+print(json.dumps(rows))
+"""
+
+
+def _memory(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"rows": rows}
+    base = rows[0]
+    for key in ("process_gpu_mb", "device_used_mb", "rss_mb"):
+        per = [(r[key] - base[key]) / r["envs"] for r in rows[1:] if r[key] is not None and base[key] is not None]
+        if not per and key == "process_gpu_mb":
+            per = [r[key] / r["envs"] for r in rows[1:] if r[key] is not None]
+        out[f"{key}_per_env"] = [round(x, 1) for x in per]
+    return out
+
+
+def part_memory(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """fastenv's envs (one render context per process for envs of the same task) and, with
+    ``FASTENV_SHARE_RENDER=0``, one context per env as stock LIBERO has."""
+    out: dict[str, Any] = {}
+    for name, env in (("shared render context", {}), ("a render context per env", {"FASTENV_SHARE_RENDER": "0"})):
+        run = _run([sys.executable, "-c", MEMORY_CHILD], args.limit / 2, env)
+        try:
+            out[name] = _memory(json.loads(run["stdout_tail"].strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            out[name] = {"run": run}
+    return out
+
+
+def part_rlinf(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """RLinf main's LiberoEnv with skip_intermediate_renders off and on against fastenv's drop-in
+    (RLinf's own EnvWorker), in this Python (RLinf's env layer importable here)."""
+    target = folder / "rlinf_stages.json"
+    run = _run([sys.executable, str(ROOT / "benchmarks" / "bench_rlinf_stages.py"), "--rows", "rlinf-main-skip-off", "rlinf-main-skip-on",
+                "fastenv-shared", "--rlinf-main-python", sys.executable, "--rlinf-python", sys.executable, "--same-data", "",
+                "--rounds", "1", "--chunks", "3", "--out", str(target)], args.limit)
+    out: dict[str, Any] = {"run": run}
+    if target.exists():
+        out["bench_rlinf_stages"] = json.loads(target.read_text())
+    return out
+
+
+def part_maniskill(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    target = folder / "maniskill.json"
+    run = _run([sys.executable, str(ROOT / "benchmarks" / "bench_maniskill.py"), "--env-ids", "PushCube-v1", "PickCube-v1",
+                "--tasks", "rgb 128 px", "--parts", "single", "--rounds", str(args.rounds), "--steps", str(args.maniskill_steps),
+                "--out", str(target)], args.limit)
+    out: dict[str, Any] = {"run": run}
+    if target.exists():
+        out["bench_maniskill"] = json.loads(target.read_text())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    parser.add_argument("--steps", type=int, default=64, help="fastenv bench: simulator steps per env per configuration")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--policy-cost", default="pi0-eager", help="fastenv bench's --policy-cost (spent by the transformer on CUDA)")
+    parser.add_argument("--maniskill-steps", type=int, default=64)
+    parser.add_argument("--limit", type=float, default=300.0, help="seconds per part")
+    parser.add_argument("--folder", default=None, help="where the parts' own files go (default: beside --out)")
+    parser.add_argument("--out", default="results/bench_gpu_server.json")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import machine
+
+    out = Path(args.out)
+    folder = Path(args.folder) if args.folder else out.with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {"benchmark": "bench_gpu_server", "date": time.strftime("%Y-%m-%d"), "machine": machine(), "parts": {}}
+    try:
+        import torch
+
+        payload["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        payload["gpu"] = None
+    for name in args.parts:
+        start = time.perf_counter()
+        payload["parts"][name] = {**globals()[f"part_{name}"](args, folder), "part_seconds": round(time.perf_counter() - start, 1)}
+        out.write_text(json.dumps(payload, indent=1, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
