@@ -14,6 +14,11 @@ After each cold run the benchmark waits for its background compile to end before
 Configurations are interleaved over rounds; medians, spreads and ratios from one run, JSON.
 
     python benchmarks/bench_first_step.py --rounds 3 --out results/bench_first_step.json
+    python benchmarks/bench_first_step.py --only-busy --rounds 3 --out results/bench_first_step_busy.json
+
+``--busy`` (``--only-busy``: nothing else) times the empty-cache pair again with a CPU-bound process
+on each of the machine's other cores: fastenv's background compile, at the CPU's lowest priority,
+must not make its first step wait (the aim: within stock LIBERO's first step + 2 s).
 """
 
 from __future__ import annotations
@@ -100,6 +105,34 @@ EMPTY = [
     ("empty cache, stock LIBERO", "empty", "stock"),
     ("empty cache, fastenv (default)", "empty", "background"),
 ]
+# The same with the machine's other cores busy (``--busy``): a CPU-bound process on each core but
+# the first, at normal priority, for the whole run. fastenv's background compile runs at the CPU's
+# lowest priority: it must not take the core the stepping process needs.
+BUSY = [
+    ("empty cache, stock LIBERO, other cores busy", "empty", "stock"),
+    ("empty cache, fastenv (default), other cores busy", "empty", "background"),
+]
+LOAD = "while True: pass"
+
+
+class _Load:
+    """CPU-bound processes on every core but the first, while inside."""
+
+    def __init__(self, on: bool) -> None:
+        self.on, self.processes = on, []
+
+    def __enter__(self) -> "_Load":
+        if self.on:
+            for core in sorted(os.sched_getaffinity(0))[1:]:
+                process = subprocess.Popen([sys.executable, "-c", LOAD])
+                os.sched_setaffinity(process.pid, {core})
+                self.processes.append(process)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
 
 
 def _run(code: list[str], cache: str, mode: str) -> subprocess.CompletedProcess:
@@ -126,7 +159,7 @@ def docs_table(payload: dict) -> str:
     for row in payload["rows"]:
         lines.append(f"| {row['num_envs']} | {row['config']} | {row['build_s']:.1f} | {row['first_step_s']:.2f} | {row['steps_s']:.1f} |")
     lines.append("")
-    lines += [f"- {name}: **{value:.1f}x**" for name, value in payload["ratios"].items()]
+    lines += [f"- {name}: **{value:.1f}{'' if name.endswith(', s') else 'x'}**" for name, value in payload["ratios"].items()]
     return "\n".join(lines)
 
 
@@ -136,8 +169,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="chunks of 8 timed per run")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 4], help="1: one env; more: a vector env on workers")
+    parser.add_argument("--busy", action="store_true", help="also time the empty-cache pair with the other cores busy")
+    parser.add_argument("--only-busy", action="store_true", help="time only the empty-cache pair with the other cores busy (one env)")
     parser.add_argument("--out", default="results/bench_first_step.json")
     args = parser.parse_args(argv)
+    if args.only_busy:
+        args.busy, args.num_envs = True, [1]
     if args.table:
         payload = json.loads(open(args.table).read())
         print(docs_table(payload))
@@ -156,14 +193,17 @@ def main(argv: list[str] | None = None) -> dict:
         samples: dict[tuple[int, str], list[dict]] = {}
         for r in range(args.rounds):
             for num_envs in args.num_envs:
-                for name, cache_kind, mode in CONFIGS + (EMPTY if num_envs == 1 else []):
+                configs = [] if args.only_busy else CONFIGS + (EMPTY if num_envs == 1 else [])
+                configs += BUSY if args.busy and num_envs == 1 else []
+                for name, cache_kind, mode in configs:
                     cache = os.path.join(work, f"run-{r}-{num_envs}-{mode}-{cache_kind}")
                     if cache_kind == "empty":
                         os.makedirs(cache)
                     else:
                         shutil.copytree(base if cache_kind == "cold" else warm, cache)
                     code = STOCK_TIMED if mode == "stock" else CHILD
-                    run = _run(["-c", code, str(num_envs), str(args.steps)], cache, "background" if mode == "stock" else mode)
+                    with _Load((name, cache_kind, mode) in BUSY):
+                        run = _run(["-c", code, str(num_envs), str(args.steps)], cache, "background" if mode == "stock" else mode)
                     assert run.returncode == 0, run.stderr[-3000:]
                     sample = json.loads(run.stdout.strip().splitlines()[-1])
                     sample["background_line"] = "in a background process" in run.stderr
@@ -195,6 +235,11 @@ def main(argv: list[str] | None = None) -> dict:
     ratios = {}  # of the medians (each cold run takes seconds to minutes: a round is not one moment)
     for num_envs in args.num_envs:
         by = {row["config"]: row for row in rows if row["num_envs"] == num_envs}
+        if num_envs == 1 and BUSY[0][0] in by:
+            stock, ours = (by[name] for name, _, _ in BUSY)
+            ratios["other cores busy, empty cache: fastenv's first step minus stock LIBERO's, s"] = ours["first_step_s"] - stock["first_step_s"]
+        if CONFIGS[0][0] not in by:
+            continue
         before, after, warm_row = (by[name] for name, _, _ in CONFIGS)
         ratios[f"{num_envs} env(s): first step, before / after"] = before["first_step_s"] / after["first_step_s"]
         ratios[f"{num_envs} env(s): first {args.steps} chunks, before / after"] = before["steps_s"] / after["steps_s"]
@@ -206,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
                        ("first_step_s", "first step s", ".2f"), ("steps_s", f"first {args.steps} chunks s", ".2f"),
                        ("first_compiled_step", "first compiled step", ".0f")])
     for name, value in ratios.items():
-        print(f"{name}: {value:.1f}x")
+        print(f"{name}: {value:.1f}{'' if name.endswith(', s') else 'x'}")
     payload = {"benchmark": "first_step", "rounds": args.rounds, "steps": args.steps, "chunk": 8, "camera_size": 64,
                "task": "libero_goal/3", "rows": rows, "ratios": ratios, "machine": machine(),
                "command": "python benchmarks/bench_first_step.py " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,12 @@ def test_the_rlinf_drop_in_equals_rlinfs_own_liberoenv_and_env_worker(tmp_path):
     assert only["equal"], only["differences"]
     assert result["returncode"] == 0
     assert result["stack"]["libero distribution"].startswith("rlinf-libero ")
+    if case in workers:  # fastenv's EnvWorker says that fastenv serves
+        assert "fastenv: RLinf's EnvWorker (fastenv.integrations.rlinf): its LIBERO envs are fastenv's" in result["stderr"]
+    # and what its LiberoEnvs did not render: RLinf's renders every camera at every sub-step, fastenv's once a chunk
+    done = re.search(r"fastenv: RLinf's LiberoEnv \((\d+) envs[^)]*\) done: (\d+) of the stock env's (\d+) camera images not rendered",
+                     result["stderr"])
+    assert done is not None and 0 < int(done.group(2)) < int(done.group(3)), result["stderr"][-3000:]
     if case in workers:
         facts = only["facts"]
         assert set(facts["rlinf"]["env classes"]) == {"rlinf.envs.libero.libero_env.LiberoEnv"}
@@ -275,6 +282,40 @@ def test_lerobot_eval_runs_through_fastenv_with_its_own_arguments(tmp_path, stac
     info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
     assert info["overall"]["n_episodes"] == 1
     assert list((tmp_path / "out" / "videos").rglob("*.mp4"))  # rendered through the drop-in's render()
+    # it says that fastenv serves, and at the end the camera images it did not render (all filmed here:
+    # LeRobot films the first episodes of each task, and its video frames are renders of their own)
+    assert "fastenv: python -m fastenv.integrations.lerobot: LeRobot's lerobot-eval on fastenv's LIBERO env" in run.stderr
+    done = re.search(r"fastenv: python -m fastenv.integrations.lerobot done: (-?\d+) of the stock env's (\d+) camera images not rendered", run.stderr)
+    assert done is not None and int(done.group(2)) >= 2 * 5, run.stderr[-3000:]  # two cameras, five steps at least
+    assert "fast paths serving: " in run.stderr
+    helped = subprocess.run([str(python), "-m", "fastenv.integrations.lerobot", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "usage: python -m fastenv.integrations.lerobot" in helped.stdout + helped.stderr
+    assert "fastenv: python -m fastenv.integrations.lerobot: LeRobot's lerobot-eval on fastenv's LIBERO env" in helped.stderr
+
+
+@pytest.mark.libero
+@pytest.mark.timeout(900)
+def test_lerobot_eval_through_fastenv_films_as_many_episodes_as_asked(tmp_path):
+    # --fastenv.videos_per_task=0: no video, and fewer camera images rendered than the filmed run's
+    python = _lerobot_python(LEROBOT_06)
+    env = {**os.environ, "LIBERO_CONFIG_PATH": str(LEROBOT_06 / "libero-config"), "HF_HUB_OFFLINE": "1"}
+    args = ["--env.type=libero", "--env.task=libero_goal", "--env.task_ids=[3]", "--env.episode_length=20", "--policy.type=act",
+            "--policy.pretrained_backbone_weights=null", "--policy.device=cpu", "--policy.push_to_hub=false",
+            "--env.observation_height=64", "--env.observation_width=64", "--eval.n_episodes=1", "--eval.batch_size=1"]
+    rendered = {}
+    for videos in ("10", "0"):
+        out = tmp_path / videos
+        run = subprocess.run([str(python), "-m", "fastenv.integrations.lerobot", f"--fastenv.videos_per_task={videos}", *args,
+                              f"--output_dir={out}"], cwd=tmp_path, env=env, check=False, capture_output=True, text=True, timeout=800)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert json.loads((out / "eval_info.json").read_text())["overall"]["n_episodes"] == 1
+        assert bool(list(out.rglob("*.mp4"))) == (videos != "0")
+        done = re.search(r"done: \d+ of the stock env's \d+ camera images not rendered[^,]*, (\d+) rendered", run.stderr)
+        rendered[videos] = int(done.group(1))
+    assert rendered["0"] < rendered["10"]
+    wrong = subprocess.run([str(python), "-m", "fastenv.integrations.lerobot", "--fastenv.videos=0", *args], cwd=tmp_path, env=env,
+                           check=False, capture_output=True, text=True, timeout=300)
+    assert wrong.returncode != 0 and "the one option of fastenv's is --fastenv.videos_per_task=N" in wrong.stderr
 
 
 # -- RLinf's main branch, in its own stack (never built by CI) -----------------------------------------

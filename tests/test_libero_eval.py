@@ -245,3 +245,8 @@ def test_the_runner_runs_a_script_with_fastenvs_env_its_loop_changed_and_its_arg
     assert run.returncode == 0, run.stderr[-3000:]
     assert "env: fastenv.integrations.libero_eval argv: ['--args.seed', '3']" in run.stdout
     assert run.stdout.count("read agentview_image") == 1 and "frames 1" in run.stdout  # one chunk of 5 over 3 steps
+    # it says on stderr that fastenv serves, and at the end what it did not render
+    assert "fastenv: main.py (openpi) via python -m fastenv.integrations.libero_eval: LIBERO's OffScreenRenderEnv is fastenv's" in run.stderr
+    assert "fastenv: main.py (openpi) via python -m fastenv.integrations.libero_eval done: 0 of the stock env's 0 camera images" in run.stderr
+    helped = subprocess.run([sys.executable, "-m", "fastenv.integrations.libero_eval", "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.stdout.startswith("usage: python -m fastenv.integrations.libero_eval")

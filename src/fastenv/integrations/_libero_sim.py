@@ -14,6 +14,11 @@ import numpy as np
 
 HORIZON = 1000  # LIBERO's ControlEnv default (ignore_done=False): robosuite refuses later steps
 
+# This process's simulators together: camera images the stock env would have rendered (every
+# camera at each reset, init state and step) and those rendered (read).
+PROCESS = {"stock": 0, "rendered": 0}
+PATHS: dict[int, dict[str, bool]] = {}  # each simulator's fast paths, as last seen (at its resets and its close)
+
 
 class Observation(Mapping):
     """A step's raw observation, each key computed when first read.
@@ -37,6 +42,7 @@ class Observation(Mapping):
             if self._images:
                 self._value.update(sim.observe([key]))
                 sim.camera_renders += 1
+                PROCESS["rendered"] += 1
             else:
                 self._value[key] = sim.blank(key)
         else:
@@ -68,6 +74,7 @@ class Simulator:
         self.generation = 0
         self.observe_next = True  # whether the next step's images may be read (False: blank ones)
         self.camera_renders = 0  # camera images rendered for observations
+        self.observations = 0  # observations returned (resets, init states, steps): the stock env renders each
         self.keys = tuple(adapter.keys)
         self.image_keys = frozenset(k for k in self.keys if adapter._image_kind(k) is not None)
         self._blank: dict[str, np.ndarray] = {}
@@ -107,18 +114,34 @@ class Simulator:
         self._adapter._randomness.state, self._adapter._samplers.loads = stream
         self._from_global = False
 
+    def note_fast_paths(self) -> None:
+        if getattr(self._adapter, "_env", None) is not None:
+            PATHS[id(self)] = {str(k): bool(v) for k, v in self._adapter.fast_paths().items()}
+
     def reset(self, draws: int = 1, from_global: bool = False) -> Observation:
+        if self.observations:
+            self.note_fast_paths()  # after an episode: the paths it ran on
         # An init state usually comes right after: the reset happens with it (unless none comes).
         # ``from_global``: the scenes come from numpy's global generator as it stands when they are
         # drawn, and advance it, as a stock env's build and first reset do.
         self._reset_pending = draws
         self._from_global = from_global
         self.generation += 1
-        return Observation(self)
+        return self._observation(True)
 
     def set_init_state(self, state: np.ndarray) -> Observation:
         self._reset(state)
-        return Observation(self)
+        return self._observation(True)
+
+    def _observation(self, images: bool) -> Observation:
+        self.observations += 1
+        PROCESS["stock"] += len(self.image_keys)
+        return Observation(self, images)
+
+    @property
+    def stock_images(self) -> int:
+        """Camera images LIBERO's own env would have rendered for this one's observations so far."""
+        return self.observations * len(self.image_keys)
 
     def _reset(self, state: np.ndarray | None) -> None:
         options = None if state is None else {"init_state": state}
@@ -154,7 +177,9 @@ class Simulator:
             raise ValueError("executing action in terminated episode")  # robosuite's own check and words
         reward, success, _, _ = self._adapter.substep(action)
         self.generation += 1
-        return Observation(self, self.observe_next), reward, success, {}  # LIBERO: done is success; robosuite's info is empty
+        return self._observation(self.observe_next), reward, success, {}  # LIBERO: done is success; robosuite's info is empty
 
     def close(self) -> None:
+        if self.observations:
+            self.note_fast_paths()
         self._adapter.close()

@@ -41,6 +41,7 @@ import numpy as np
 
 from fastenv._deps import require
 from fastenv.integrations._libero_sim import Simulator as _Simulator
+from fastenv.integrations._serving import Tally, announce
 
 __all__ = ["OBSERVATION_READS", "main", "make_env", "observation_reader"]  # and LiberoEnv, built at first use where LeRobot is installed
 
@@ -114,7 +115,17 @@ def _env_class() -> type:
             # (LeRobot 0.5+ reads it from robosuite's cached observation). Only that camera renders.
             self._ensure_env()
             camera = self.camera_name[0]
+            self._env.camera_renders += 1  # a render of its own (LeRobot's env reads the last observation's)
             return self._env.observe([camera])[camera][::-1, ::-1]
+
+        def fastenv_counts(self) -> dict[str, Any]:
+            """Camera images LeRobot's own env would have rendered for this env's observations, those
+            rendered (video frames included), and its fast paths."""
+            sim = self._env
+            if sim is None:
+                return {"stock": 0, "rendered": 0, "fast_paths": None}
+            sim.note_fast_paths()
+            return {"stock": sim.stock_images, "rendered": sim.camera_renders, "fast_paths": _sim_paths(sim)}
 
         def fastenv_observe_next(self, observe: bool) -> None:
             """Whether the next step renders its cameras (False: blank images, the robot state real).
@@ -285,19 +296,106 @@ def skipping_rollout(stock_rollout: Callable[..., dict]) -> Callable[..., dict]:
     return rollout
 
 
+PROG = "python -m fastenv.integrations.lerobot"
+VIDEOS_OPTION = "--fastenv.videos_per_task"
+
+
+def filming(eval_policy_all: Callable[..., Any], episodes: int) -> Callable[..., Any]:
+    """LeRobot's ``eval_policy_all`` filming ``episodes`` episodes of each task (its ``eval_main``
+    passes 10; 0 under ``--eval.recording`` stays 0). ``videos_dir`` is kept: LeRobot makes the
+    output folder through it."""
+
+    @functools.wraps(eval_policy_all)
+    def films(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("max_episodes_rendered", 0) > 0:
+            kwargs["max_episodes_rendered"] = episodes
+        return eval_policy_all(*args, **kwargs)
+
+    return films
+
+
+def _videos_option(argv: list[str]) -> tuple[list[str], int | None]:
+    """``--fastenv.videos_per_task=N`` taken out of ``argv`` (LeRobot's parser refuses fields it
+    does not know); any other ``--fastenv.`` option is refused."""
+    rest, videos = [], None
+    for arg in argv:
+        if not arg.startswith("--fastenv."):
+            rest.append(arg)
+            continue
+        name, _, value = arg.partition("=")
+        if name != VIDEOS_OPTION or not value.strip().isdigit():
+            raise SystemExit(f"{PROG}: {arg!r}: the one option of fastenv's is {VIDEOS_OPTION}=N "
+                             f"(N >= 0: episodes filmed per task; lerobot-eval films 10)")
+        videos = int(value)
+    return rest, videos
+
+
+def _sim_paths(sim: Any) -> dict[str, bool] | None:
+    from fastenv.integrations._libero_sim import PATHS
+
+    return PATHS.get(id(sim))
+
+
+def counting(make: Callable[..., Any], tally: Tally) -> Callable[..., Any]:
+    """``make_env`` whose vector envs add their envs' counts (``fastenv_counts``) to ``tally`` when closed."""
+
+    @functools.wraps(make)
+    def make_counted(*args: Any, **kwargs: Any) -> Any:
+        envs = make(*args, **kwargs)
+        for tasks in envs.values():
+            for vec in tasks.values():
+                if not getattr(vec, "_fastenv", False):
+                    continue  # another env type: LeRobot's own
+                close = vec.close
+
+                def counted_close(*a: Any, _vec: Any = vec, _close: Any = close, **k: Any) -> Any:
+                    lazy_unstarted = getattr(_vec, "_env_fns", None) is not None and getattr(_vec, "_env", 1) is None
+                    if not getattr(_vec, "_fastenv_counted", False) and not lazy_unstarted:
+                        _vec._fastenv_counted = True
+                        try:
+                            counts = _vec.call("fastenv_counts")
+                        except Exception:  # a worker already gone: its counts with it
+                            counts = ()
+                        for c in counts:
+                            tally.add_images(c["stock"], c["rendered"])
+                            tally.add_paths([c["fast_paths"]] if c["fast_paths"] else [])
+                    return _close(*a, **k)
+
+                vec.close = counted_close
+        return envs
+
+    return make_counted
+
+
 def main(argv: list[str] | None = None) -> None:
     """``lerobot-eval`` with fastenv's LIBERO env: ``python -m fastenv.integrations.lerobot <its arguments>``.
 
     With LeRobot 0.5+, a policy that reads an observation only when its action queue is empty
-    gets its cameras rendered only then (``skipping_rollout``).
+    gets its cameras rendered only then (``skipping_rollout``). Says on stderr that fastenv serves
+    the run, and at its end the camera images not rendered and the fast paths that served.
+    ``--fastenv.videos_per_task=N`` films N episodes of each task instead of LeRobot's 10 (0: no
+    videos; a filmed episode renders its video's camera at every step).
     """
     lerobot_eval = require("lerobot.scripts.lerobot_eval", "lerobot", "LeRobot's lerobot-eval")
-    if argv is not None:
-        sys.argv = [sys.argv[0], *argv]
-    lerobot_eval.make_env = make_env  # the name its eval_main calls
-    if lerobot_version() >= (0, 5):
+    rest, videos = _videos_option(list(sys.argv[1:] if argv is None else argv))
+    sys.argv = [PROG, *rest]  # its usage line names this command
+    skips = lerobot_version() >= (0, 5)
+    if videos is not None:
+        if not skips:
+            raise SystemExit(f"{PROG}: {VIDEOS_OPTION} needs LeRobot 0.5+ (0.4's eval_main films in another way)")
+        lerobot_eval.eval_policy_all = filming(lerobot_eval.eval_policy_all, videos)  # the name its eval_main calls
+    announce(PROG, "LeRobot's lerobot-eval on fastenv's LIBERO env (LeRobot's LiberoEnv: the same observations and results); "
+             + ("the cameras render only at the steps the policy reads, and for the episodes LeRobot films"
+                if skips else "every step's cameras render (LeRobot < 0.5)"))
+    tally = Tally()
+    lerobot_eval.make_env = counting(make_env, tally)  # the name its eval_main calls
+    if skips:
         lerobot_eval.rollout = skipping_rollout(lerobot_eval.rollout)  # the name its eval_policy calls
-    lerobot_eval.main()
+    try:
+        lerobot_eval.main()
+    finally:
+        if tally.stock_images or tally.paths:
+            tally.say(PROG)
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from fastenv.integrations import _libero_sim as _sim
 from fastenv.integrations._libero_sim import Simulator
+from fastenv.integrations._serving import Tally, announce
 
 __all__ = ["OffScreenRenderEnv", "main", "patch"]
 
@@ -144,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--renders", choices=["read", "all"], default="read",
                         help="read (default): prepare observations only when the policy asks for a chunk; all: the script's loop unchanged")
     args = parser.parse_args(argv)
+    entry = f"{os.path.basename(args.path)} ({args.script}) via python -m fastenv.integrations.libero_eval"
+    announce(entry, "LIBERO's OffScreenRenderEnv is fastenv's (same data); " + (
+        "observations are prepared only when the policy asks for a chunk" if args.renders == "read" else "the script's loop unchanged (--renders all)"))
     use_fastenv_env()
     with open(args.path) as fh:
         source = fh.read()
@@ -151,7 +156,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         source = patch(source, args.script)
     sys.argv = [args.path, *rest]
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.path)))  # as `python SCRIPT` puts it
-    exec(compile(source, args.path, "exec"), {"__name__": "__main__", "__file__": args.path})  # noqa: S102 (the user's script)
+    try:
+        exec(compile(source, args.path, "exec"), {"__name__": "__main__", "__file__": args.path})  # noqa: S102 (the user's script)
+    finally:
+        tally = Tally()
+        tally.add_images(_sim.PROCESS["stock"], _sim.PROCESS["rendered"])
+        tally.add_paths(_sim.PATHS.values())
+        tally.say(entry)
 
 
 if __name__ == "__main__":

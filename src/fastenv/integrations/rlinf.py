@@ -36,6 +36,7 @@ gives each stage a pool of its own instead (the layout before).
 
 from __future__ import annotations
 
+import atexit
 import collections
 import functools
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fastenv._deps import require
+from fastenv.integrations._serving import Tally, announce
 
 __all__ = ["check_init_params", "check_options", "fastenv_env_cls"]  # and, built at first use where RLinf is installed: LiberoEnv, EnvWorker, AsyncEnvWorker
 
@@ -186,6 +188,9 @@ class _Row(gym.Env):
             rewards.append(reward)
             dones.append(success)
         return rewards, dones, self._adapter.observe()
+
+    def fastenv_fast_paths(self) -> dict[str, bool] | None:
+        return None if self._adapter is None else {str(k): bool(v) for k, v in self._adapter.fast_paths().items()}
 
     def step(self, action: Any) -> Any:
         raise RuntimeError("an RLinf row is stepped through LiberoEnv (chunk_step / step)")
@@ -422,7 +427,21 @@ def _env_class() -> type:
         def __init__(self, *args: Any, fastenv_rows: _Rows | None = None, **kwargs: Any) -> None:
             # ``fastenv_rows``: this env's rows of a pool shared by an env worker's stages (its EnvWorker gives them)
             self._fastenv_rows = fastenv_rows
+            # sub-steps stepped and observations made (each renders every camera), its rows' fast paths
+            self._fastenv_record = _record()
             super().__init__(*args, **kwargs)
+            self._fastenv_record.update(envs=self.num_envs, cameras=_cameras(self))
+
+        def _fastenv_count(self, envs: int, sub_steps: int) -> None:
+            record = getattr(self, "_fastenv_record", None)  # None: RLinf's own __init__ still running
+            if record is not None:
+                record["steps"][0] += envs * sub_steps
+                record["steps"][1] += envs
+
+        def _fastenv_note_paths(self) -> None:
+            env = getattr(self, "env", None)
+            if isinstance(env, _Rows) and not env.closed and getattr(self, "_fastenv_record", None) is not None:
+                self._fastenv_record["paths"] = [p for p in env._call(env._ids(None), "fastenv_fast_paths") if p]
 
         def _init_env(self) -> None:
             if self._fastenv_rows is None:
@@ -439,14 +458,19 @@ def _env_class() -> type:
             if self.cfg.reset_gripper_open:
                 zero[..., -1] = -1
             self.env.run_chunk(zero, env_idx)
+            self._fastenv_count(len(env_idx), SETTLE_STEPS)
 
         def reset(self, env_idx: Any = None, reset_state_ids: Any = None) -> Any:
+            if getattr(self, "_fastenv_record", {"steps": [0]})["steps"][0]:
+                self._fastenv_note_paths()  # after an episode: the paths it ran on
             out = super().reset(env_idx=env_idx, reset_state_ids=reset_state_ids)
             self.env.check_drained("reset")
             return out
 
         def chunk_step(self, chunk_actions: Any) -> Any:
-            self.env.run_chunk(_as_numpy(chunk_actions))
+            actions = _as_numpy(chunk_actions)
+            self.env.run_chunk(actions)
+            self._fastenv_count(actions.shape[0], actions.shape[1])
             out = super().chunk_step(chunk_actions)
             self.env.check_drained("chunk_step")
             return out
@@ -456,13 +480,62 @@ def _env_class() -> type:
                 return None  # a sub-step inside a chunk: not observed
             return super()._wrap_obs(obs_list)
 
+        def fastenv_tally(self) -> Tally:
+            """Camera images RLinf's own env would have rendered (every camera at every sub-step),
+            those rendered (every camera once a chunk), and the fast paths of this env's rows."""
+            self._fastenv_note_paths()
+            return _tally([self._fastenv_record])
+
         def close(self) -> None:
             env = getattr(self, "env", None)
             if isinstance(env, _Rows):
+                record = getattr(self, "_fastenv_record", None)
+                if record is not None and record["steps"][0] and not record["said"]:
+                    tally = self.fastenv_tally()
+                    record["said"] = True
+                    tally.say(f"RLinf's LiberoEnv ({self.num_envs} envs)")
                 env.close()
 
     LiberoEnv.__module__ = __name__
     return LiberoEnv
+
+
+_RECORDS: list[dict[str, Any]] = []  # each fastenv LiberoEnv's counts in this process (kept past the env)
+
+
+def _cameras(env: Any) -> int:
+    """The cameras each observation of ``env`` renders (its init_params' camera_names)."""
+    try:
+        return len(check_init_params(env.cfg.get("init_params", None) or {})["camera_names"])
+    except (TypeError, ValueError, AttributeError):
+        return len(STOCK_CAMERAS)
+
+
+def _record() -> dict[str, Any]:
+    """A LiberoEnv's counts: RLinf's env worker never closes its envs, so what they did not render
+    is said when the process ends, for those not closed (one line for them all)."""
+    if not _RECORDS:
+        atexit.register(_say_unsaid)
+    record = {"steps": [0, 0], "paths": [], "envs": 0, "cameras": None, "said": False}
+    _RECORDS.append(record)
+    return record
+
+
+def _tally(records: Sequence[dict[str, Any]]) -> Tally:
+    tally = Tally()
+    for record in records:
+        cameras = record["cameras"] or len(STOCK_CAMERAS)
+        tally.add_images(record["steps"][0] * cameras, record["steps"][1] * cameras)
+        tally.add_paths(record["paths"])
+    return tally
+
+
+def _say_unsaid() -> None:
+    records = [r for r in _RECORDS if r["steps"][0] and not r["said"]]
+    for record in records:
+        record["said"] = True
+    if records:
+        _tally(records).say(f"RLinf's LiberoEnv ({sum(r['envs'] for r in records)} envs in this process)")
 
 
 _WORKERS = {"EnvWorker": "rlinf.workers.env.env_worker", "AsyncEnvWorker": "rlinf.workers.env.async_env_worker"}
@@ -474,6 +547,10 @@ def _worker_class(name: str) -> type:
 
     def _setup_env_and_wrappers(self: Any, env_cls: type, env_cfg: Any, num_envs_per_stage: int) -> Any:
         cls = fastenv_env_cls(env_cls)
+        if cls is not env_cls:
+            announce(f"RLinf's {name} (fastenv.integrations.rlinf)",
+                     "its LIBERO envs are fastenv's (RLinf's LiberoEnv: the same EnvOutput), in a pool of worker processes; "
+                     "cameras render once a chunk; each LiberoEnv says at its close what it did not render")
         options = _cfg_options(env_cfg) if cls is not env_cls else None
         if options is None or options["pool"] == "per_stage":
             return base._setup_env_and_wrappers(self, cls, env_cfg, num_envs_per_stage)
