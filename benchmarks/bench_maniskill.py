@@ -284,6 +284,14 @@ def bench_resets(args: argparse.Namespace, rng: np.random.Generator) -> list[dic
     return rows
 
 
+def config_groups(args: argparse.Namespace) -> Any:
+    """Each (env id, task) of the run: its group label, env id, obs mode, fastenv keys and camera side."""
+    for env_id in args.env_ids:
+        for task in args.tasks:
+            obs_mode, keys, size = TASKS[task]
+            yield label(env_id, task, args.env_ids), env_id, obs_mode, keys, size
+
+
 def bench_single(args: argparse.Namespace, rng: np.random.Generator) -> list[dict[str, Any]]:
     """One env: stock against fastenv's chunks."""
     from fastenv.envs.maniskill import make_cpu_env
@@ -291,14 +299,11 @@ def bench_single(args: argparse.Namespace, rng: np.random.Generator) -> list[dic
     print("== one env ==", flush=True)
     singles: dict[str, tuple[gym.Env, int | None]] = {}
     groups: dict[str, str] = {}  # a group of configs (env id and task) -> its env id
-    for env_id in args.env_ids:
-        for task in args.tasks:
-            obs_mode, keys, size = TASKS[task]
-            group = label(env_id, task, args.env_ids)
-            groups[group] = env_id
-            singles[f"{group} | stock"] = (stock_env(obs_mode, size, env_id=env_id), None)
-            for k in args.chunks:
-                singles[f"{group} | fastenv chunk {k}"] = (make_cpu_env(env_id, modalities=keys, chunk=k, camera_size=size), k)
+    for group, env_id, obs_mode, keys, size in config_groups(args):
+        groups[group] = env_id
+        singles[f"{group} | stock"] = (stock_env(obs_mode, size, env_id=env_id), None)
+        for k in args.chunks:
+            singles[f"{group} | fastenv chunk {k}"] = (make_cpu_env(env_id, modalities=keys, chunk=k, camera_size=size), k)
     for env, _ in singles.values():
         env.reset(seed=0)
     dims = {env_id: singles[f"{group} | stock"][0].unwrapped.single_action_space.shape[0] for group, env_id in groups.items()}
@@ -336,21 +341,18 @@ def bench_vector(args: argparse.Namespace, rng: np.random.Generator) -> list[dic
     print(f"\n== {args.num_envs} envs ==", flush=True)
     vectors: dict[str, tuple[Any, int | None]] = {}
     groups: dict[str, str] = {}  # a group of configs (env id and task) -> its env id
-    for env_id in args.env_ids:
-        for task in args.tasks:
-            obs_mode, keys, size = TASKS[task]
-            group = label(env_id, task, args.env_ids)
-            groups[group] = env_id
-            fn = functools.partial(stock_env, obs_mode, size, keys, env_id=env_id)
-            vectors[f"{group} | stock, AsyncVectorEnv"] = (
-                AsyncVectorEnv([fn] * args.num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn"), None
+    for group, env_id, obs_mode, keys, size in config_groups(args):
+        groups[group] = env_id
+        fn = functools.partial(stock_env, obs_mode, size, keys, env_id=env_id)
+        vectors[f"{group} | stock, AsyncVectorEnv"] = (
+            AsyncVectorEnv([fn] * args.num_envs, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn"), None
+        )
+        for k in args.chunks:
+            vectors[f"{group} | fastenv chunk {k}"] = (
+                gym.make_vec("fastenv/ManiSkill-v0", num_envs=args.num_envs, num_workers=args.workers, env_id=env_id,
+                             chunk=k, modalities=keys, camera_size=size),
+                k,
             )
-            for k in args.chunks:
-                vectors[f"{group} | fastenv chunk {k}"] = (
-                    gym.make_vec("fastenv/ManiSkill-v0", num_envs=args.num_envs, num_workers=args.workers, env_id=env_id,
-                                 chunk=k, modalities=keys, camera_size=size),
-                    k,
-                )
     for envs, _ in vectors.values():
         envs.reset(seed=0)
     dims = {env_id: vectors[f"{group} | stock, AsyncVectorEnv"][0].single_action_space.shape[0] for group, env_id in groups.items()}
