@@ -813,7 +813,7 @@ def test_vector_options_are_the_vector_envs_keywords():
 
 
 def test_the_vector_layer_imports_only_the_layers_below_it():
-    allowed = ("fastenv.vector", "fastenv.core", "fastenv._validation", "fastenv._deps", "fastenv.machine")
+    allowed = ("fastenv.vector", "fastenv.core", "fastenv._validation", "fastenv._deps", "fastenv.machine", "fastenv.gpus")
     for path in sorted(Path(fastenv.vector.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fastenv"):
