@@ -159,7 +159,7 @@ def docs_table(payload: dict) -> str:
     for row in payload["rows"]:
         lines.append(f"| {row['num_envs']} | {row['config']} | {row['build_s']:.1f} | {row['first_step_s']:.2f} | {row['steps_s']:.1f} |")
     lines.append("")
-    lines += [f"- {name}: **{value:.1f}{'' if name.endswith(', s') else 'x'}**" for name, value in payload["ratios"].items()]
+    lines += [f"- {name}: **{value:+.2f}**" if name.endswith(", s") else f"- {name}: **{value:.1f}x**" for name, value in payload["ratios"].items()]
     return "\n".join(lines)
 
 
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
                        ("first_step_s", "first step s", ".2f"), ("steps_s", f"first {args.steps} chunks s", ".2f"),
                        ("first_compiled_step", "first compiled step", ".0f")])
     for name, value in ratios.items():
-        print(f"{name}: {value:.1f}{'' if name.endswith(', s') else 'x'}")
+        print(f"{name}: {value:+.2f}" if name.endswith(", s") else f"{name}: {value:.1f}x")
     payload = {"benchmark": "first_step", "rounds": args.rounds, "steps": args.steps, "chunk": 8, "camera_size": 64,
                "task": "libero_goal/3", "rows": rows, "ratios": ratios, "machine": machine(),
                "command": "python benchmarks/bench_first_step.py " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -424,3 +424,14 @@ def test_a_reset_to_a_whole_mujoco_state_equals_the_reset_to_that_init_state_id(
         env.close()
 
 
+
+
+def test_the_stack_first_run_table_is_the_committed_json():
+    payload = json.loads((ROOT / "results" / "bench_stack_first_run.json").read_text())
+    page = (ROOT / "docs" / "frameworks" / "lerobot.md").read_text()
+    built, unbuilt = payload["rows"]
+    assert built["way"] == "compiled at build" and unbuilt["way"] == "not compiled at build"
+    assert (f"| {built['compile']['seconds']:.1f} s | {built['first']['seconds']:.2f} s | {built['second']['seconds']:.2f} s "
+            f"| {built['first_over_second']:.2f} |") in page
+    assert f"| - | {unbuilt['first']['seconds']:.2f} s | {unbuilt['second']['seconds']:.2f} s | {unbuilt['first_over_second']:.2f} |" in page
+    assert built["first_over_second"] < 1.1  # compiled at build: the first evaluation as fast as the second
