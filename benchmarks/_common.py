@@ -44,6 +44,19 @@ def print_docs_table(path: str | Path, render: Callable[[dict[str, Any]], str]) 
     return payload
 
 
+def wait_for_background_compile(cache: str) -> float:
+    """Block until no process holds fastenv's compile lock under the numba cache ``cache``; the seconds waited."""
+    import fcntl
+    import os
+
+    start = time.perf_counter()
+    for folder, _, files in os.walk(cache):
+        if "fastenv-compile.lock" in files:
+            with open(os.path.join(folder, "fastenv-compile.lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+    return time.perf_counter() - start
+
+
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

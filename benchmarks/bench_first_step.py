@@ -24,7 +24,6 @@ must not make its first step wait (the aim: within stock LIBERO's first step + 2
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
@@ -32,10 +31,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, print_table, write_json  # noqa: E402
+from _common import machine, print_table, wait_for_background_compile, write_json  # noqa: E402
 
 CHILD = """
 import json, sys, time
@@ -140,16 +138,6 @@ def _run(code: list[str], cache: str, mode: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *code], env=env, capture_output=True, text=True, check=False, timeout=1800)
 
 
-def _wait_for_background(cache: str) -> float:
-    """Block until no process holds a compile lock under ``cache``; the seconds waited."""
-    start = time.perf_counter()
-    for folder, _, files in os.walk(cache):
-        if "fastenv-compile.lock" in files:
-            with open(os.path.join(folder, "fastenv-compile.lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-    return time.perf_counter() - start
-
-
 def docs_table(payload: dict) -> str:
     """The table of docs/benchmarks.md, from the JSON."""
     lines = [
@@ -208,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
                     sample = json.loads(run.stdout.strip().splitlines()[-1])
                     sample["background_line"] = "in a background process" in run.stderr
                     sample["inline_line"] = "later processes load it from numba's cache" in run.stderr
-                    sample["waited_after_s"] = _wait_for_background(cache)
+                    sample["waited_after_s"] = wait_for_background_compile(cache)
                     samples.setdefault((num_envs, name), []).append(sample)
                     shutil.rmtree(cache, ignore_errors=True)
                     print(f"round {r + 1}/{args.rounds} envs={num_envs} {name}: first step {sample['first_step_s']:.2f} s, "

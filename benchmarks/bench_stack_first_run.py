@@ -17,7 +17,6 @@ its end. The aim: with the compile at build, the first evaluation is as fast as 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, write_json  # noqa: E402
+from _common import machine, wait_for_background_compile, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = ROOT / ".stacks" / "lerobot-0.6"
@@ -40,15 +39,6 @@ def _timed(command: list[str], env: dict[str, str], cwd: str) -> dict:
         raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-3000:]}")
     said = [line for line in run.stderr.splitlines() if line.startswith("fastenv:")]
     return {"seconds": seconds, "fastenv_lines": said}
-
-
-def _wait_for_background(cache: str) -> float:
-    start = time.perf_counter()
-    for folder, _, files in os.walk(cache):
-        if "fastenv-compile.lock" in files:
-            with open(os.path.join(folder, "fastenv-compile.lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -75,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
                 row["compile"] = _timed([args.python, "-m", "fastenv.cli", "compile"], env, work)
             for k in ("first", "second"):
                 row[k] = _timed([args.python, *evaluation, f"--output_dir={os.path.join(work, k)}"], env, work)
-                row[k]["background_compile_waited_after_s"] = _wait_for_background(cache)
+                row[k]["background_compile_waited_after_s"] = wait_for_background_compile(cache)
                 print(f"{way}: {k} evaluation {row[k]['seconds']:.1f} s", flush=True)
             row["first_over_second"] = row["first"]["seconds"] / row["second"]["seconds"]
             rows.append(row)
