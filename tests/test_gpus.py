@@ -211,9 +211,11 @@ def test_a_vulkan_cpu_renderer_gets_the_vulkan_fix(fresh):
 
 def test_without_a_gpu_a_cpu_renderer_is_expected(fresh):
     fresh.setattr(gpus, "nvidia_device_files", lambda: [])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        gpus.note_renderer("EGL", "llvmpipe (LLVM 15.0.6, 256 bits)")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        noted = gpus.note_renderer("EGL", "llvmpipe (LLVM 15.0.6, 256 bits)")
+    assert [str(w.message) for w in said] == []  # no GPU: nothing to say
+    assert noted["software"] is True and gpus.renderer_in_use() == noted
 
 
 @pytest.mark.libero
