@@ -53,6 +53,17 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
         help="run only these",
     )
     p.add_argument("--out", default=d.out, help="folder for fastenv_bench.json and .png (default %(default)s)")
+    server = p.add_argument_group(
+        "--regime server", "a policy server's regime (docs/gpu-servers.md): N envs per policy process, Default and fastenv at the "
+        "layout its cost model chooses, each against the bound min(N K / P(N), C / c); --chunk, --camera-size, --device, "
+        "--policy-cost, --policy-compute, --suite, --task-id, --episode-steps, --policy-cores and --out apply too",
+    )
+    server.add_argument("--regime", choices=["ablation", "server"], default="ablation",
+                        help="ablation: the configurations one after another (default); server: the policy-server regime")
+    server.add_argument("--envs", type=int, nargs="+", metavar="N",
+                        help="env counts to run (default: the machine's cores x 1, 4 and 8: 16, 64, 128 on 16 cores)")
+    server.add_argument("--seconds", type=float, help="seconds timed per row (default 20)")
+    server.add_argument("--rows", nargs="+", choices=["Default", "fastenv"], help="rows to run (default both)")
 
 
 def _tune_parser(sub: argparse._SubParsersAction) -> None:
@@ -357,7 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         return _run_conform(parser, args, sys.argv[1:] if argv is None else list(argv))
     if args.command == "tune":
         _run_tune(parser, args)
+    if args.command == "bench" and args.regime == "server":
+        return _run_bench_server(parser, args)
     if args.command == "bench":
+        if args.envs is not None or args.seconds is not None or args.rows is not None:
+            parser.error("--envs, --seconds and --rows are options of --regime server")
         from fastenv.bench import BenchConfig, format_table, run
 
         given = {
@@ -414,6 +429,37 @@ def main(argv: list[str] | None = None) -> int:
         if differ:
             print(f"fastenv bench: {differ} did not produce Default's data (the 'same data' column says where)", file=sys.stderr)
             return 1
+    return 0
+
+
+def _run_bench_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from fastenv.bench_server import ServerConfig, format_table, run
+
+    ablation_only = {"--quick": args.quick, "--full": args.full, "--only": args.only, "--num-envs": args.num_envs,
+                     "--workers": args.workers, "--stages": args.stages, "--steps": args.steps, "--rounds": args.rounds}
+    given = [name for name, value in ablation_only.items() if value not in (None, False)]
+    if given:
+        parser.error(f"{', '.join(given)}: options of the ablation, not of --regime server (it chooses the layout itself)")
+    options = {key: getattr(args, key) for key in ("chunk", "camera_size", "episode_steps", "policy_cores", "seconds") if getattr(args, key) is not None}
+    if args.envs is not None:
+        options["envs"] = tuple(args.envs)
+    if args.rows is not None:
+        options["rows"] = tuple(args.rows)
+    if args.policy_cost is not None:
+        options["policy_cost"] = args.policy_cost
+    cfg = ServerConfig(suite=args.suite, task_id=args.task_id, device=args.device, policy_compute=args.policy_compute, out=args.out, **options)
+    try:
+        cfg.check()
+    except ValueError as exc:
+        parser.error(str(exc))
+    payload = run(cfg)
+    print()
+    print(format_table(payload))
+    print(f"\nwrote {', '.join(payload['files'])}")
+    differ = [f"N={e['num_envs']}" for e in payload["rows"] if not e.get("fastenv", {}).get("same_data_as_default", {"equal": True})["equal"]]
+    if differ:
+        print(f"fastenv bench: fastenv's rows at {differ} did not produce Default's data (the 'same data' column says where)", file=sys.stderr)
+        return 1
     return 0
 
 

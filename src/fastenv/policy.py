@@ -5,6 +5,7 @@ Used by ``fastenv bench`` and the examples. Needs torch (``pip install -e ".[tor
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,112 @@ class ChunkPolicy(nn.Module):
         return torch.cat(actions).cpu().numpy().astype(np.float32), torch.cat(values).cpu().numpy()
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on uint64 arrays (wrapping arithmetic): well-mixed bits from a counter."""
+    with np.errstate(over="ignore"):
+        x = x + _GOLDEN
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+class ExactChunkPolicy:
+    """Action chunks computed in integer arithmetic: the same bits on any device and in any batch.
+
+    A float policy's output for one env depends on which rows share its batch (kernels differ by
+    batch size) and on the device. This one reads each env's camera images and proprioception as
+    a policy does, but every operation is exact: block sums of the image pixels and the state
+    scaled by a power of two make integer features, a fixed integer matrix maps them to the
+    chunk's K x d outputs, and a counter-based hash of (seed, env id, the env's chunk count) adds
+    exploration noise. Each row's actions depend on that row alone, so an env gets the same actions
+    whether it is served alone, in a pipeline stage or in a dynamic batch, on the CPU or a GPU: what
+    ``fastenv bench --regime server`` needs to compare layouts' data bit for bit while the policy is
+    batched (``ChunkPolicy.act_rows`` evaluates row by row instead).
+
+    ``fingerprint`` digests each row's observation the same exact way (a random linear form over
+    its bytes in int64, which no batch or reduction order changes), on the device the
+    observation was copied to for the policy anyway.
+
+    Args:
+        image_shapes: (H, W, C) of each uint8 camera image, in the order the images are given.
+        state_dim: size of the float32 state vector.
+        chunk: K; ``action_dim``: d.
+        seed: the weights' and the noise's seed.
+        grid: image features are the sums of ``grid`` x ``grid`` blocks per channel.
+
+    Examples:
+        >>> policy = ExactChunkPolicy([(8, 8, 3)], state_dim=4, chunk=2, action_dim=3)
+        >>> images = [torch.zeros(2, 8, 8, 3, dtype=torch.uint8)]
+        >>> state = torch.zeros(2, 4)
+        >>> policy.act(images, state, np.array([0, 1]), np.array([0, 0])).shape
+        torch.Size([2, 2, 3])
+    """
+
+    def __init__(self, image_shapes: list[tuple[int, int, int]], state_dim: int, chunk: int, action_dim: int = 7, *, seed: int = 0,
+                 grid: int = 4) -> None:
+        self.image_shapes = [tuple(int(v) for v in shape) for shape in image_shapes]
+        for h, w, c in self.image_shapes:
+            if h % grid or w % grid:
+                raise ValueError(f"image sides must be multiples of grid={grid}, got {h}x{w}")
+        self.state_dim, self.chunk, self.action_dim, self.seed, self.grid = int(state_dim), int(chunk), int(action_dim), int(seed), grid
+        rng = np.random.default_rng(seed)
+        features = sum(grid * grid * c for _, _, c in self.image_shapes) + self.state_dim
+        self.weights = torch.as_tensor(rng.integers(-3, 4, (features, chunk * action_dim)), dtype=torch.int64)
+        # the fingerprint's linear forms: pixels' weights below 2**31, the state's bits' below 2**20 (no int64 overflow)
+        self.pixel_weights = [torch.as_tensor(rng.integers(0, 2**31, h * w * c), dtype=torch.int64) for h, w, c in self.image_shapes]
+        self.state_weights = torch.as_tensor(rng.integers(0, 2**20, self.state_dim), dtype=torch.int64)
+        self.device = torch.device("cpu")
+
+    def to(self, device: Any) -> ExactChunkPolicy:
+        self.device = torch.device(device)
+        self.weights = self.weights.to(self.device)
+        self.pixel_weights = [w.to(self.device) for w in self.pixel_weights]
+        self.state_weights = self.state_weights.to(self.device)
+        return self
+
+    def features(self, images: list[Any], state: Any) -> Any:
+        """Integer features (B, F): per image the pixel sums of each block and channel, then the state x 256, floored."""
+        parts = []
+        g = self.grid
+        for image, (h, w, c) in zip(images, self.image_shapes):
+            b = image.shape[0]
+            blocks = image.reshape(b, g, h // g, g, w // g, c).to(torch.int64).sum(dim=(2, 4))
+            parts.append(blocks.reshape(b, -1))
+        parts.append(torch.floor(state.to(torch.float32) * 256.0).to(torch.int64))
+        return torch.cat(parts, dim=1)
+
+    def noise(self, env_ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """(B, K x d) int64 in [0, 2**20): a hash of (seed, env id, chunk count, output index)."""
+        ids = np.asarray(env_ids, dtype=np.uint64)[:, None]
+        n = np.asarray(counts, dtype=np.uint64)[:, None]
+        j = np.arange(self.chunk * self.action_dim, dtype=np.uint64)[None, :]
+        with np.errstate(over="ignore"):
+            key = _splitmix64(np.uint64(self.seed) ^ (ids << np.uint64(40)) ^ (n << np.uint64(12)) ^ j)
+        return (key >> np.uint64(44)).astype(np.int64)
+
+    def act(self, images: list[Any], state: Any, env_ids: np.ndarray, counts: np.ndarray, noise: Any = None) -> Any:
+        """Actions (B, K, d) float32 in [-1, 1) on the images' device for env ``env_ids`` at their ``counts``-th chunk.
+
+        ``noise``: ``self.noise(env_ids, counts)`` already on the device (else computed and copied here).
+        """
+        logits = (self.features(images, state)[:, :, None] * self.weights[None]).sum(dim=1)
+        if noise is None:
+            noise = torch.as_tensor(self.noise(env_ids, counts), device=logits.device)
+        z = torch.remainder(logits + noise, 4096)
+        return ((z.to(torch.float32) - 2048.0) / 2048.0).reshape(-1, self.chunk, self.action_dim)
+
+    def fingerprint(self, images: list[Any], state: Any) -> Any:
+        """(B,) int64: each row's images and state under fixed random linear forms, exactly."""
+        b = state.shape[0]
+        total = (state.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) * self.state_weights).sum(dim=1)
+        for image, weights in zip(images, self.pixel_weights):
+            total = total + (image.reshape(b, -1).to(torch.int64) * weights).sum(dim=1)
+        return total
+
+
 class VLASizedTransformer(nn.Module):
     """A random-weight transformer with a VLA's shape and cost, for timing rollouts on a GPU.
 
@@ -111,6 +218,7 @@ class VLASizedTransformer(nn.Module):
         width, depth, mlp, heads: the backbone; ``expert_width``, ``expert_mlp``: the action expert.
         steps: flow-matching steps of the action expert.
         dtype: parameter and activation type (bf16, as VLAs are served).
+        device: where the parameters are made (default: torch's default device).
 
     Examples:
         >>> tiny = VLASizedTransformer(chunk=4, views=1, width=32, depth=1, mlp=64, heads=2, expert_width=16,
@@ -123,9 +231,16 @@ class VLASizedTransformer(nn.Module):
     def __init__(
         self, chunk: int = 32, views: int = 2, *, prompt_tokens: int = 48, width: int = 2048, depth: int = 18, mlp: int = 16384,
         heads: int = 8, expert_width: int = 1024, expert_mlp: int = 4096, steps: int = 10, action_dim: int = 7,
-        vision_width: int = 1152, vision_depth: int = 27, vision_mlp: int = 4304, dtype: Any = None,
+        vision_width: int = 1152, vision_depth: int = 27, vision_mlp: int = 4304, dtype: Any = None, device: Any = None,
     ) -> None:
         super().__init__()
+        # Built where it runs (``device``): 2.2B parameters made on the CPU and then moved take far longer.
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            self._build(chunk, views, prompt_tokens, width, depth, mlp, heads, expert_width, expert_mlp, steps, action_dim,
+                        vision_width, vision_depth, vision_mlp, dtype)
+
+    def _build(self, chunk: int, views: int, prompt_tokens: int, width: int, depth: int, mlp: int, heads: int, expert_width: int,
+               expert_mlp: int, steps: int, action_dim: int, vision_width: int, vision_depth: int, vision_mlp: int, dtype: Any) -> None:
         self.chunk, self.steps, self.action_dim = chunk, steps, action_dim
         self.views, self.prompt_tokens, self.width, self.vision_width = views, prompt_tokens, width, vision_width
         self.dtype = torch.bfloat16 if dtype is None else dtype
@@ -139,16 +254,37 @@ class VLASizedTransformer(nn.Module):
         self.expert = nn.TransformerDecoder(expert, depth)
         self.action_in = nn.Linear(action_dim, expert_width)
         self.action_out = nn.Linear(expert_width, action_dim)
+        self.patch = 14  # SigLIP's patches: 16 x 16 of 14 px over a 224-px view
+        self.embed = nn.Linear(3 * self.patch * self.patch, vision_width)
         self.to(self.dtype).eval()
 
     def parameters_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def patches(self, images: Any) -> Any:
+        """A VLA's image preprocessing on the device: uint8 views (B, V, H, W, 3) resized to 224 px,
+        scaled to [-1, 1], cut into 256 patches of 14 x 14 and embedded: (B * V, 256, vision_width)."""
+        b, v, h, w, c = images.shape
+        x = images.reshape(b * v, h, w, c).permute(0, 3, 1, 2).to(self.dtype)
+        x = torch.nn.functional.interpolate(x, size=(224, 224), mode="bilinear", align_corners=False) / 127.5 - 1.0
+        x = x.unfold(2, self.patch, self.patch).unfold(3, self.patch, self.patch)  # (BV, C, 16, 16, 14, 14)
+        x = x.permute(0, 2, 3, 1, 4, 5).reshape(b * v, 256, c * self.patch * self.patch)
+        return self.embed(x)
+
     @torch.no_grad()
-    def run(self, batch: int) -> Any:
-        """One call over ``batch`` observations: the tower per view, the backbone over the prefix, ``steps`` expert passes."""
+    def run(self, batch: int, images: Any = None) -> Any:
+        """One call over ``batch`` observations: the tower per view, the backbone over the prefix, ``steps`` expert passes.
+
+        ``images``: the batch's camera views on the model's device, uint8 (B, V, H, W, 3) with V =
+        ``views``, preprocessed as a VLA does (``patches``); None: random patches of the same shape.
+        """
         device = next(self.parameters()).device
-        patches = torch.randn(batch * self.views, 256, self.vision_width, device=device, dtype=self.dtype)
+        if images is None:
+            patches = torch.randn(batch * self.views, 256, self.vision_width, device=device, dtype=self.dtype)
+        else:
+            if tuple(images.shape[:2]) != (batch, self.views) or images.shape[-1] != 3:
+                raise ValueError(f"images must be (batch={batch}, views={self.views}, H, W, 3), got {tuple(images.shape)}")
+            patches = self.patches(images)
         images = self.project(self.vision(patches)).reshape(batch, 256 * self.views, self.width)
         prompt = torch.randn(batch, self.prompt_tokens, self.width, device=device, dtype=self.dtype)
         memory = self.bridge(self.backbone(torch.cat([images, prompt], dim=1)))

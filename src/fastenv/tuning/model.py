@@ -53,6 +53,20 @@ def expected_max_binomial(k: int, p: float, copies: int) -> float:
     return total
 
 
+def effective_max_batch(max_batch: int, num_envs: int) -> float:
+    """The largest mean batch dynamic batching keeps up with ``max_batch`` B of N envs.
+
+    In a closed loop the envs a call served are stepping when the next call starts, so unless
+    every call takes all N envs, each env is served by one of at least two calls per cycle: with
+    B > N/2 the calls alternate between B and N - B envs, N/2 on average.
+
+    Examples:
+        >>> effective_max_batch(6, 8), effective_max_batch(3, 8), effective_max_batch(8, 8)
+        (4.0, 3.0, 8.0)
+    """
+    return float(max_batch) if max_batch >= num_envs else min(float(max_batch), num_envs / 2)
+
+
 BOUNDS = {
     "policy": "the policy: its calls, one after another, take longest",
     "workers": "the env workers: each steps its envs one after another",
@@ -80,15 +94,16 @@ class CostModel:
         env_mean = c.step_wall + c.reset_rate * c.reset_wall  # per env call, resets amortized
         env_cpu = c.step_cpu + c.reset_rate * c.reset_cpu
         if cand.mode == "dynamic":
-            terms = self._dynamic_terms(cand.max_batch, w, n, env_mean, env_cpu)
+            cap = effective_max_batch(cand.max_batch, n)
+            terms = self._dynamic_terms(cap, w, n, env_mean, env_cpu)
             if cand.timeout is not None:
                 # A batch holds the envs that became ready while the policy ran and within T after
                 # (recv's deadline), at most B: with envs ready at n per cycle, fewer than B when
                 # T is short, and then more policy calls. Solved by a few fixed-point rounds.
-                b = float(cand.max_batch)
+                b = cap
                 for _ in range(6):
                     cycle = max(terms.values())
-                    b = min(float(cand.max_batch), max(1.0, (n / cycle) * (pw0 + pw1 * b + cand.timeout) if cycle > 0 else cand.max_batch))
+                    b = min(cap, max(1.0, (n / cycle) * (pw0 + pw1 * b + cand.timeout) if cycle > 0 else cap))
                     terms = self._dynamic_terms(b, w, n, env_mean, env_cpu)
         else:
             s = cand.pipeline_stages

@@ -1,0 +1,213 @@
+"""The policy-server regime (``fastenv bench --regime server``): the bound, the layout chooser's
+decisions on recorded costs, the exact batched policy, and one real run on LIBERO."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastenv.tuning.model import CostModel, effective_max_batch
+from fastenv.tuning.server import ServerCosts, choose_layout, fit_policy_cost, model_costs
+from fastenv.vector.plan import Candidate
+
+# Costs recorded on the machines (docs/gpu-servers.md, results/bench_gpu_server_h100.json and the
+# 2-core machine's fastenv bench --regime server): pi0-eager's a and b; c, fastenv's env side per env step.
+H100 = dict(policy_fixed_s=0.096, policy_per_env_s=0.004, env_cpu_s=0.0085, cores=15, chunk=8, env_wall_s=0.0095)
+TWO_CORE = dict(policy_fixed_s=0.096, policy_per_env_s=0.004, env_cpu_s=0.0155, cores=1, chunk=8, env_wall_s=0.016)
+
+
+def test_the_bound_is_the_smaller_of_the_policys_and_the_envs_rates():
+    costs = ServerCosts(**H100)
+    assert costs.policy_bound(16) == pytest.approx(16 * 8 / (0.096 + 16 * 0.004))
+    assert costs.env_bound() == pytest.approx(15 / 0.0085)
+    assert costs.bound(16) == costs.policy_bound(16) and costs.limit(16) == "policy"
+    assert costs.bound(256) == costs.env_bound() and costs.limit(256) == "envs"
+    # Default: nothing overlapped, its own env cost
+    assert costs.default_rate(64, 0.037) == pytest.approx(1 / ((0.096 + 64 * 0.004) / (64 * 8) + 0.037 / 15))
+    described = costs.describe(64)
+    assert described["bound"] == pytest.approx(costs.bound(64)) and described["inputs"]["N"] == 64
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.floats(1e-4, 1.0), b=st.floats(0, 0.05), c=st.floats(1e-4, 0.1), cores=st.integers(1, 64), chunk=st.integers(1, 64),
+       n=st.integers(1, 256), slow=st.floats(1.0, 3.0))
+def test_the_closed_loop_never_exceeds_the_bound_and_one_group_is_its_floor(a, b, c, cores, chunk, n, slow):
+    costs = ServerCosts(a, b, c, cores, chunk, env_wall_s=c * slow)
+    closed, stages = costs.closed_loop(n)
+    assert closed <= costs.bound(n) * (1 + 1e-9)
+    assert n % stages == 0
+    assert closed >= n * chunk / costs.cycle(n, 1) * (1 - 1e-12)  # one group is always possible
+    # Default overlaps nothing: never above the closed loop with the same env cost
+    assert costs.default_rate(n) <= closed * (1 + 1e-9)
+
+
+def test_the_closed_loop_reaches_the_bound_only_where_one_term_dominates():
+    # A GPU server with pi0-eager's cost: the fixed cost paid twice per cycle keeps two groups
+    # short of the bound; whole batches leave the cores idle during the call.
+    costs = ServerCosts(**H100)
+    shares = {n: costs.closed_loop(n)[0] / costs.bound(n) for n in (16, 64, 128)}
+    assert shares[16] < shares[64] < shares[128] < 0.95
+    # The 2-core machine: the env side dominates, two groups reach it
+    cpu = ServerCosts(**TWO_CORE)
+    assert cpu.limit(4) == "envs" and cpu.closed_loop(4) == (pytest.approx(cpu.bound(4)), 2)
+
+
+@pytest.mark.parametrize("a,b", [(0.1, 0.004), (0.02, 0.0), (0.0, 0.01)])
+def test_the_policys_cost_is_fitted_as_a_line(a, b):
+    batches = [1, 4, 16, 64]
+    assert fit_policy_cost(batches, [a + b * x for x in batches]) == (pytest.approx(a, abs=1e-9), pytest.approx(b, abs=1e-9))
+    assert fit_policy_cost([8, 8], [0.1, 0.12]) == (pytest.approx(0.11), 0.0)
+    with pytest.raises(ValueError, match="as many batch sizes"):
+        fit_policy_cost([1, 2], [0.1])
+
+
+def test_bad_costs_are_refused_with_what_was_expected():
+    with pytest.raises(ValueError, match="env_cpu_s must be a finite number of seconds > 0"):
+        ServerCosts(0.1, 0.0, 0.0, 4, 8)
+    with pytest.raises(ValueError, match="costs nothing"):
+        ServerCosts(0.0, 0.0, 0.01, 4, 8)
+    with pytest.raises(ValueError, match="cores"):
+        ServerCosts(0.1, 0.0, 0.01, 0, 8)
+
+
+# -- the layout chooser's decisions on recorded costs ----------------------------------------------------
+def test_a_dominant_fixed_cost_gets_one_stage_and_whole_batches():
+    # a VLA's fixed cost against envs that step a chunk in milliseconds: every call serves all N envs
+    costs = ServerCosts(policy_fixed_s=0.45, policy_per_env_s=0.002, env_cpu_s=0.0004, cores=15, chunk=8)
+    for n in (16, 32):
+        cand, _ = choose_layout(costs, n)
+        assert cand.mode == "step" and cand.pipeline_stages == 1, cand.label
+
+
+def test_a_dominant_env_side_gets_groups_that_keep_the_policy_fed():
+    # the 2-core machine (one env core) with pi0-eager's wait: two groups, each call half the envs
+    cpu = ServerCosts(**TWO_CORE)
+    for n in (4, 8):
+        cand, prediction = choose_layout(cpu, n)
+        assert n / effective_max_batch(cand.max_batch, n) == 2 if cand.mode == "dynamic" else cand.pipeline_stages == 2, cand.label
+        assert prediction.steps_per_s * 8 == pytest.approx(cpu.closed_loop(n)[0], rel=0.05)
+
+
+def test_on_the_recorded_gpu_server_the_chooser_follows_the_closed_loop():
+    costs = ServerCosts(**H100)
+    for n, groups in ((16, 1), (64, 2), (128, 2)):
+        cand, prediction = choose_layout(costs, n)
+        calls = cand.pipeline_stages if cand.max_batch is None else n / effective_max_batch(cand.max_batch, n)
+        assert calls == groups, (n, cand.label)
+        assert costs.closed_loop(n)[1] == groups
+        # the model's prediction and the closed loop agree within the transport's costs
+        assert prediction.steps_per_s * 8 == pytest.approx(costs.closed_loop(n)[0], rel=0.06)
+        assert cand.num_workers <= 2 * costs.cores
+
+
+def test_dynamic_batching_above_half_the_envs_is_modelled_as_two_calls_per_cycle():
+    model = CostModel(model_costs(ServerCosts(**H100)))
+    big = model.predict(Candidate(16, 1, 96, 0.05), 128)
+    half = model.predict(Candidate(16, 1, 64, 0.05), 128)
+    assert big.steps_per_s == pytest.approx(half.steps_per_s)
+    assert effective_max_batch(96, 128) == 64 and effective_max_batch(128, 128) == 128
+
+
+# -- the exact batched policy ----------------------------------------------------------------------------
+torch = pytest.importorskip("torch")
+
+
+def _obs(rng, b, shapes, state_dim):
+    images = [torch.as_tensor(rng.integers(0, 256, (b, *s), dtype=np.uint8)) for s in shapes]
+    return images, torch.as_tensor(rng.standard_normal((b, state_dim)).astype(np.float32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), b=st.integers(1, 12), data=st.data())
+def test_an_envs_actions_do_not_depend_on_its_batch(seed, b, data):
+    from fastenv.policy import ExactChunkPolicy
+
+    shapes = [(16, 16, 3), (8, 12, 3)]
+    policy = ExactChunkPolicy(shapes, 9, chunk=4, action_dim=7, seed=3)
+    rng = np.random.default_rng(seed)
+    images, state = _obs(rng, b, shapes, 9)
+    ids = rng.permutation(1000)[:b]
+    counts = rng.integers(0, 500, b)
+    together = policy.act(images, state, ids, counts)
+    prints = policy.fingerprint(images, state)
+    assert together.dtype == torch.float32 and together.shape == (b, 4, 7)
+    assert bool((together >= -1).all() and (together < 1).all())
+    rows = data.draw(st.lists(st.integers(0, b - 1), min_size=1, max_size=b, unique=True))
+    sub = torch.as_tensor(rows)
+    alone = policy.act([im[sub] for im in images], state[sub], ids[rows], counts[rows])
+    assert torch.equal(alone, together[sub])  # bit for bit, in any batch and order
+    assert torch.equal(policy.fingerprint([im[sub] for im in images], state[sub]), prints[sub])
+
+
+def test_the_policy_reads_the_observation_and_its_fingerprint_sees_one_pixel():
+    from fastenv.policy import ExactChunkPolicy
+
+    shapes = [(8, 8, 3)]
+    policy = ExactChunkPolicy(shapes, 4, chunk=2, action_dim=7)
+    images, state = _obs(np.random.default_rng(0), 2, shapes, 4)
+    ids, counts = np.array([5, 5]), np.array([0, 0])
+    changed = [images[0].clone()]
+    changed[0][1, 3, 3, 1] ^= 1  # one bit of one pixel of row 1
+    assert not torch.equal(policy.fingerprint(images, state)[1], policy.fingerprint(changed, state)[1])
+    assert torch.equal(policy.fingerprint(images, state)[0], policy.fingerprint(changed, state)[0])
+    # the next chunk of the same env draws other noise; another env id too
+    a = policy.act(images, state, ids, counts)
+    assert not torch.equal(a, policy.act(images, state, ids, counts + 1))
+    assert not torch.equal(a, policy.act(images, state, ids + 1, counts))
+
+
+def test_the_server_policy_copies_once_and_spends_the_cost():
+    from fastenv.bench_server import ServerPolicy, calibrate_policy, local_fit, policy_seconds_at
+    from fastenv.policy_cost import InferenceCost
+
+    shapes = [(8, 8, 3), (8, 8, 3)]
+    policy = ServerPolicy(shapes, 5, chunk=3, max_batch=6, device="cpu", cost=InferenceCost(0.02, 0.005), compute="wait")
+    points = calibrate_policy(policy, shapes, 5, [1, 2, 4], repeats=2)
+    a, b = local_fit(points, 4)
+    assert a == pytest.approx(0.02, abs=0.01) and b == pytest.approx(0.005, abs=0.004)  # sleeps: at least, little more
+    assert policy_seconds_at(points, 3) == pytest.approx((points[1]["seconds"] + points[2]["seconds"]) / 2)
+    with pytest.raises(ValueError, match="at most 6"):
+        policy([np.zeros((7, 8, 8, 3), np.uint8)] * 2, np.zeros((7, 5), np.float32), np.arange(7), np.zeros(7, np.int64))
+
+
+def test_the_trajectory_comparison_catches_a_shifted_observation():
+    from fastenv.bench_server import Trajectories, compare
+
+    ref, ours = Trajectories(2), Trajectories(2)
+    for t in (ref, ours):
+        t.observed(np.array([0, 1]), np.array([10, 20]))
+        t.stepped(np.array([0, 1]), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), {})
+    assert compare(ours, ref) == {"equal": True, "chunks_compared": 1, "first_difference": None}
+    ours.observed(np.array([1]), np.array([21]))
+    ref.observed(np.array([1]), np.array([20]))
+    assert compare(ours, ref)["first_difference"] == "env 1, observation 1"
+
+
+# -- one real run on LIBERO ------------------------------------------------------------------------------
+@pytest.mark.libero
+@pytest.mark.big_memory
+def test_the_server_regime_runs_default_and_fastenv_on_libero_with_the_same_data(tmp_path):
+    from fastenv.bench_server import ServerConfig, format_table, run
+
+    cfg = ServerConfig(envs=(2,), camera_size=32, seconds=1.0, min_chunks=2, calibration_chunks=1, device="cpu",
+                       policy_cost="0.05,0.002", policy_compute="wait", episode_steps=24, out=str(tmp_path))
+    payload = run(cfg, progress=lambda line: None)
+    written = json.loads((tmp_path / "fastenv_bench_server.json").read_text())
+    (entry,) = written["rows"]
+    assert entry["fastenv"]["same_data_as_default"]["equal"], entry["fastenv"]["same_data_as_default"]
+    assert entry["fastenv"]["same_data_as_default"]["chunks_compared"] >= 2
+    assert entry["Default"]["episodes_ended"] + entry["fastenv"]["episodes_ended"] > 0  # episodes of 12-36 steps ended
+    assert not entry["fastenv"]["fast_paths_not_served"]
+    for name in ("Default", "fastenv"):
+        row = entry[name]
+        assert row["env_steps_per_s"] > 0 and 0 < row["x_bound"] and 0 < row["policy"]["busy_share"] <= 1
+        assert row["policy"]["mean_batch"] >= 1 and row["host_memory_mb"]["envs"] > 0
+    assert entry["Default"]["policy"]["mean_batch"] == 2  # the whole batch each call
+    inputs = entry["bound"]["inputs"]
+    assert inputs["C"] == len(written["env_cores"]) and inputs["K"] == 8 and inputs["c_s"] > 0
+    assert entry["fastenv"]["layout"]["label"] == entry["chosen"]
+    assert "bound = min(N K / P(N), C / c)" in format_table(payload)
