@@ -36,7 +36,8 @@ def main() -> None:
     rows = []
     for chunk in args.chunks:
         torch.manual_seed(0)
-        model = VLASizedTransformer(chunk=chunk, views=args.views).cuda()
+        with torch.device("cuda"):  # made on the GPU, not made on the CPU and moved
+            model = VLASizedTransformer(chunk=chunk, views=args.views)
         ms = {}
         for batch in args.batches:
             for _ in range(3):

@@ -10,6 +10,7 @@ the equality with openpi's own ``examples/libero/main.py`` is ``fastenv.conforma
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,13 @@ def test_bad_options_are_refused_before_anything_is_built(tmp_path):
         run(ProjectionPolicy(), "libero_spatial", tasks=[0], episodes=2, only="libero_spatial/0/5")
     with pytest.raises(TypeError, match="callable on a batch"):
         run(42, "libero_spatial")
+    with pytest.raises(ValueError, match="2 policies need at least 2 workers"):
+        run([ProjectionPolicy(), ProjectionPolicy()], "libero_spatial", workers=1)
+    shared = ProjectionPolicy()
+    with pytest.raises(ValueError, match="a policy object of its own"):
+        run([shared, shared], "libero_spatial", workers=2)
+    with pytest.raises(ValueError, match="time_limit must be a number of seconds"):
+        run(ProjectionPolicy(), "libero_spatial", time_limit=-1)
     (tmp_path / "r.json").write_text("{}")
     with pytest.raises(ValueError, match="exists: resume=True"):
         run(ProjectionPolicy(), "libero_spatial", out=tmp_path / "r.json")
@@ -172,6 +180,63 @@ def test_a_worker_that_dies_or_hangs_is_replaced_and_its_episodes_come_out_the_s
     assert _by_id(payload) == _by_id(reference)
     attempts = {r["id"]: r["attempts"] for r in payload["episodes"]}
     assert attempts["libero_spatial/0/1"] == 2 and attempts["libero_spatial/0/2"] == 2
+
+
+@pytest.mark.libero
+def test_two_episodes_on_two_workers_run_one_on_each_with_the_same_results(reference, scheduled):
+    two = ["libero_spatial/0/0", "libero_spatial/0/1"]
+    payload = run(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=2, only=two, **SHORT)
+    assert _by_id(payload) == {k: _by_id(reference)[k] for k in two}
+    assert sorted(r["worker"] for r in payload["episodes"]) == [0, 1]  # not both on worker 0 while worker 1 idles
+
+
+class _Recording(BatchPolicy):
+    """The projection stand-in, recording which workers' requests reached it; ``fail_first``: its first
+    call answers as a server that went down; ``meet``: its first call waits (at most a minute) until
+    that event is set, which ``signal``'s first call does."""
+
+    def __init__(self, fail_first=False, meet=None, signal=None):
+        self.inner, self.fail_first, self.meet, self.signal = ProjectionPolicy(), fail_first, meet, signal
+        self.workers, self.lost, self.opened, self.calls = set(), [], None, 0
+        self.met = None
+
+    def open(self, num_workers):
+        self.opened = num_workers
+
+    def infer(self, requests):
+        import threading
+
+        self.calls += 1
+        self.workers.update(r.worker for r in requests)
+        if self.signal is not None:
+            self.signal.set()
+        if self.meet is not None and self.met is None:
+            self.met = self.meet.wait(60)
+        if self.fail_first and self.calls == 1:
+            self.lost = [r.episode for r in requests]
+            raise PolicyUnavailable("the stand-in server went down", self.lost)
+        assert threading.current_thread() is not threading.main_thread()
+        return self.inner.infer(requests)
+
+
+@pytest.mark.libero
+def test_two_policies_serve_their_own_workers_at_once_with_the_single_policys_results(reference, scheduled):
+    import threading
+
+    other_called = threading.Event()
+    first = _Recording(meet=other_called)  # its first call waits for the second policy's: calls overlap, or this waits a minute
+    second = _Recording(fail_first=True, signal=other_called)  # and its first call's episodes start again, no one else's
+    payload = run([first, second], "libero_spatial", workers=2, envs_per_worker=2, **SHORT)
+    assert _by_id(payload) == _by_id(reference)
+    assert first.workers == {0} and second.workers == {1} and first.opened == second.opened == 1
+    assert first.met is True  # the second policy was called while the first one's call was out
+    attempts = {r["id"]: r["attempts"] for r in payload["episodes"]}
+    assert second.lost and all(attempts[e] == 2 for e in second.lost)
+    assert all(n == 1 for e, n in attempts.items() if e not in second.lost)
+    assert {r["id"]: r["policy"] for r in payload["episodes"]} == {r["id"]: r["worker"] % 2 for r in payload["episodes"]}
+    each = payload["run"]["policies"]
+    assert [p["workers"] for p in each] == [[0], [1]] and all(p["calls"] > 0 for p in each)
+    assert payload["run"]["policy"]["calls"] == sum(p["calls"] for p in each) and payload["run"]["policy"]["count"] == 2
 
 
 class _BreaksAfter(BatchPolicy):
@@ -265,6 +330,21 @@ def test_the_command_writes_the_results_the_table_and_the_videos_asked_for(tmp_p
     assert bad.returncode == 2 and "did you mean 'libero_spatial'" in bad.stderr
 
 
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--policy", "projection", "--policy", "openpi://localhost:8000"], "policies of different kinds"),
+    (["--policy", "openpi://localhost:8000", "--policy", "openpi://gpu1"], r"openpi://HOST:PORT expected, got 'openpi://gpu1'"),
+    (["--policy", "projection", "--policy", "projection", "--workers", "1"], "2 policies need at least 2 workers"),
+    (["--policy", "fastenv.eval:ProjectionPolicy", "--policy", "fastenv.eval:no_such_policy"], "no_such_policy"),
+])
+def test_several_policies_on_the_command_line_are_checked_before_anything_runs(argv, match, capsys):
+    from fastenv.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["eval", *argv, "--tasks", "0", "--episodes", "1", "--no-progress"])
+    assert info.value.code == 2
+    assert re.search(match, capsys.readouterr().err)
+
+
 @pytest.mark.libero
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time on this machine
 def test_ray_actors_run_the_episodes_with_the_same_results_and_replace_a_lost_one(reference, scheduled, monkeypatch):
@@ -290,23 +370,120 @@ def test_ray_actors_run_the_episodes_with_the_same_results_and_replace_a_lost_on
     assert _by_id(payload) == _by_id(reference)
 
 
+# -- B_max and T_max from the measured a + b x B: recorded costs, no timing ------------------------------
 
-def test_b_max_and_t_max_are_chosen_by_the_tuning_model_from_what_the_first_calls_measured():
-    from fastenv.eval.runner import TUNE_AFTER_CALLS, _Run
+SIZES = [1, 2, 4, 8] * 4  # the first calls' batch sizes (8 env slots on 2 workers)
 
-    def state(per_call, chunk):
-        s = _Run(ProjectionPolicy(), Protocol(), [], workers=2, envs_per_worker=4, max_envs=8, max_batch=8, batch_timeout=0.01,
-                 hang_timeout=60, retries=0, film=set(), video_dir=None, record_actions=False, context="spawn",
-                 on_result=lambda r: None, tune=True)
-        s.batch_sizes = [1, 2, 4, 8] * (TUNE_AFTER_CALLS // 4)
-        s.call_seconds = [per_call[0] + per_call[1] * b for b in s.batch_sizes]
-        s.chunk_seconds = [chunk] * TUNE_AFTER_CALLS
-        s._tune()
-        return s
 
-    costly = state((0.5, 0.001), 0.05)  # a VLA's call: batch everything
-    assert costly.tuned["by"] == "fastenv.tuning.CostModel" and costly.tuned["policy_seconds"] == pytest.approx([0.5, 0.001])
-    assert costly.max_batch >= 4 and costly.tuned["chunk_seconds"] == 0.05
-    free = state((0.0, 0.0), 0.05)  # a free policy: no reason to wait for a batch
-    assert free.max_batch <= costly.max_batch and free.batch_timeout <= costly.batch_timeout
-    assert (costly.tuned["max_batch"], costly.tuned["batch_timeout"]) == (costly.max_batch, costly.batch_timeout)
+def test_a_large_fixed_cost_per_call_batches_every_slot():
+    from fastenv.eval.serving import choose_batching
+
+    choice = choose_batching(SIZES, [0.5 + 0.001 * b for b in SIZES], [0.01] * 16, workers=2, slots=8, cpus=2)
+    assert choice["max_batch"] == 8 and choice["by"] == "fastenv.tuning.CostModel"
+    assert choice["fit"]["how"] == "least squares" and (choice["fit"]["a"], choice["fit"]["b"]) == pytest.approx((0.5, 0.001))
+    assert choice["chunk_seconds"] == 0.01 and choice["fit"]["batch_sizes"] == [1, 2, 4, 8]
+
+
+def test_a_negligible_fixed_cost_beside_slow_envs_batches_fewer():
+    from fastenv.eval.serving import choose_batching
+
+    choice = choose_batching(SIZES, [0.001 * b for b in SIZES], [0.5] * 16, workers=2, slots=8, cpus=2)
+    assert choice["max_batch"] < 8 and choice["bound"] == "workers"
+    assert choice["fit"]["a"] == pytest.approx(0.0, abs=1e-9) and choice["fit"]["b"] == pytest.approx(0.001)
+
+
+def test_calls_of_one_batch_size_cannot_tell_a_from_b_and_the_choice_holds_under_both_readings():
+    from fastenv.eval.serving import choose_batching, fit_policy_seconds
+    from fastenv.tuning.model import CostModel, Costs
+    from fastenv.tuning.space import Candidate
+
+    fit = fit_policy_seconds([8] * 16, [0.5] * 16)
+    assert fit["how"] == "one batch size" and fit["a"] is None and fit["b"] is None and fit["seconds"] == 0.5
+    choice = choose_batching([8] * 16, [0.5] * 16, [0.01] * 16, workers=2, slots=8, cpus=2)
+    assert choice["max_batch"] == 8  # the size measured stays: no other is better whether the 0.5 s is fixed or per observation
+    readings = [(0.5, 0.0), (0.0, 0.5 / 8)]
+    speed = {b: min(CostModel(Costs(0.01, 0.01, policy_wall=r, cpus=2)).predict(Candidate(2, max_batch=b, timeout=choice["batch_timeout"]), 8)
+                    .steps_per_s for r in readings) for b in (2, 4, 6, 8)}
+    assert max(speed, key=speed.get) == 8
+    # the old fit read one size as all of it fixed: whole batches would look free, a noisy slope (here a negative one) is refitted
+    assert fit_policy_seconds([1, 2, 4], [0.3, 0.2, 0.25])["b"] == 0.0
+
+
+def test_the_choice_and_the_fit_are_recorded_and_printed():
+    from fastenv.eval.command import report
+    from fastenv.eval.serving import TUNE_AFTER_CALLS, Lane
+
+    lane = Lane(0, ProjectionPolicy(), [0, 1], 8, max_batch=8, batch_timeout=0.01, tune=True)
+    lane.chunk_seconds = [0.5] * TUNE_AFTER_CALLS
+    for b in SIZES:
+        lane.record(b, 0.001 * b, cpus=2)
+    assert lane.tuned is not None and lane.tuned["after_calls"] == TUNE_AFTER_CALLS and lane.max_batch < 8
+    figures = lane.figures(10.0)
+    assert figures["tuned"]["fit"]["b"] == pytest.approx(0.001) and figures["max_batch"] == lane.max_batch
+    assert figures["calls"] == 16 and figures["mean_batch"] == pytest.approx(3.75)
+    run_figures = {"episodes_run": 2, "seconds": 10.0, "episodes_per_hour": 720.0, "workers": 2, "env_slots": 8, "camera_renders": 0,
+                   "env_steps": 0, "restarts": 0, "policies": [figures], "worker_max_rss_mb": {}, "resumed_from": 0}
+    payload = {"suites": {"libero_spatial": {"episodes": 2, "successes": 1, "planned": 2, "success_rate": 0.5}},
+               "tasks": {"libero_spatial/0": {"episodes": 2, "successes": 1, "planned": 2, "success_rate": 0.5}},
+               "total": {"episodes": 2, "successes": 1, "planned": 2, "success_rate": 0.5}, "run": run_figures}
+    text = report(payload, None)
+    assert f"B_max {lane.max_batch}, T_max" in text and "chosen after 16 calls from a call 0.0 ms + 1.00 ms x batch" in text
+    assert "500.0 ms an env chunk (bound: workers)" in text
+
+
+# -- episodes spread over idle workers first ------------------------------------------------------------
+
+class _Sent:
+    """A worker's end of the pipe, in the runner's tests: what the runner sent it."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+
+def _idle_run(episodes, workers=2, envs_per_worker=2):
+    from fastenv.eval.runner import _Run
+
+    state = _Run([ProjectionPolicy()], Protocol(), list(episodes), workers=workers, envs_per_worker=envs_per_worker,
+                 max_envs=workers * envs_per_worker, max_batch=None, batch_timeout=None, hang_timeout=60, retries=0, film=set(),
+                 video_dir=None, record_actions=False, context="spawn", on_result=lambda r: None)
+    for w in state.workers:
+        w.conn = _Sent()
+    return state
+
+
+def _placed(state):
+    return {w.index: sorted(w.busy.values()) for w in state.workers}
+
+
+def test_episodes_go_to_the_least_busy_worker_first():
+    task0 = [Episode("libero_spatial", 0, i, 7) for i in range(3)]
+    state = _idle_run(task0[:2])
+    state._assign()  # two episodes of one task, 2 workers x 2 slots: one on each worker, not both on worker 0
+    assert _placed(state) == {0: ["libero_spatial/0/0"], 1: ["libero_spatial/0/1"]}
+    assert [m[0] for m in state.workers[0].conn.sent] == ["start"] and state.workers[0].conn.sent[0][1] == 0
+    state = _idle_run(task0 + [Episode("libero_spatial", 1, 0, 7)])
+    state._assign()
+    assert _placed(state) == {0: ["libero_spatial/0/0", "libero_spatial/0/2"], 1: ["libero_spatial/0/1", "libero_spatial/1/0"]}
+
+
+def test_a_slot_holding_the_task_is_preferred_unless_its_worker_is_busier():
+    a, b = Episode("libero_spatial", 0, 5, 7), Episode("libero_spatial", 1, 5, 7)
+    state = _idle_run([a])
+    w0, w1 = state.workers
+    w0.busy, w0.tasks = {0: "libero_spatial/2/0"}, {0: ("libero_spatial", 2), 1: ("libero_spatial", 0)}  # slot 1 holds a's task
+    state._assign()
+    assert w1.busy == {0: a.id}  # worker 1 idles: a is built there rather than loading worker 0 further
+    state = _idle_run([a])
+    w0, w1 = state.workers
+    w0.busy, w0.tasks = {0: "libero_spatial/2/0"}, {0: ("libero_spatial", 2), 1: ("libero_spatial", 0)}
+    w1.busy, w1.tasks = {0: "libero_spatial/3/0"}, {0: ("libero_spatial", 3)}
+    state._assign()
+    assert w0.busy[1] == a.id and 1 not in w1.busy  # equally busy: the slot whose env holds the task, no rebuild
+    state = _idle_run([b, a])
+    w0, w1 = state.workers
+    w1.tasks = {1: ("libero_spatial", 0)}
+    state._assign()  # all idle: worker 1's slot 1 runs a (its env is built); b goes to worker 0, whose slots hold nothing
+    assert w1.busy == {1: a.id} and w0.busy == {0: b.id}

@@ -270,9 +270,12 @@ class VLACost:
         if self.cost is not None and (cfg.policy_compute == "transformer" or (cfg.policy_compute == "auto" and device.type == "cuda")):
             if device.type != "cuda":
                 raise ValueError(f"policy_compute='transformer' runs on CUDA: give --device cuda (the policy is on {device})")
+            import torch
+
             from fastenv.policy import VLASizedTransformer
 
-            self.model = VLASizedTransformer(chunk=cfg.chunk).to(device)
+            with torch.device(device):  # made on the GPU: 2.2B parameters made on the CPU and moved take far longer
+                self.model = VLASizedTransformer(chunk=cfg.chunk)
             self.compute = f"VLASizedTransformer ({self.model.parameters_count() / 1e9:.1f}B parameters, bf16) on {device}"
 
     def __call__(self, batch: int, spent: float) -> None:

@@ -13,7 +13,8 @@ POLICY_HELP = (
     "the policy: 'projection' (a deterministic stand-in reading both images and the state), "
     "'openpi://HOST:PORT' (openpi's websocket policy server, scripts/serve_policy.py), "
     "'vla-eval://HOST:PORT' (a vla-eval model server), 'lerobot:PATH_OR_REPO' (a LeRobot pretrained policy), "
-    "or 'MODULE:NAME' (a fastenv.eval.BatchPolicy instance or subclass, or a callable on a batch of observations)"
+    "or 'MODULE:NAME' (a fastenv.eval.BatchPolicy instance or subclass, or a callable on a batch of observations). "
+    "Repeat it for several servers of the same model (one per GPU): worker w is served by the (w mod N)-th"
 )
 
 
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "results and success rates per task and suite, and prints a table. An episode's result depends on the episode "
         "only: --episode ID replays one alone, --resume goes on from a run that stopped.",
     )
-    p.add_argument("--policy", required=True, help=POLICY_HELP)
+    p.add_argument("--policy", required=True, action="append", metavar="POLICY", help=POLICY_HELP)
     p.add_argument("--suite", action="append", default=None, metavar="SUITE",
                    help=f"a LIBERO suite (repeat for several; default libero_spatial): {', '.join(MAX_STEPS)}")
     p.add_argument("--tasks", default=None, help="the tasks of each suite, e.g. 0,3,5-7 (default: all)")
@@ -64,6 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="keep the episodes --out already holds and run the others")
     p.add_argument("--video", type=int, default=0, metavar="N", help="film the first N episodes of each task (every step's frame)")
     p.add_argument("--video-dir", default=None, help="where the videos go (default: beside --out)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="start no episode after this many seconds; those running finish, --resume goes on (default: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -107,6 +110,23 @@ def make_policy(spec: str, timeout: float = 120.0) -> Any:
     raise ValueError(f"--policy {spec!r} names a {type(obj).__name__}: expected a BatchPolicy or a callable on a batch")
 
 
+def _kind(spec: str) -> str:
+    """What kind of policy ``spec`` names: its scheme, else 'projection' or 'python'."""
+    for scheme in ("openpi://", "vla-eval://", "lerobot:"):
+        if spec.startswith(scheme):
+            return scheme.rstrip(":/")
+    return "projection" if spec == "projection" else "python"
+
+
+def make_policies(specs: list[str], timeout: float = 120.0) -> list[Any]:
+    """The policies ``--policy`` (repeated) names, all of one kind, each checked before anything runs."""
+    kinds = {_kind(spec) for spec in specs}
+    if len(kinds) > 1:
+        raise ValueError(f"--policy given {len(specs)} times with policies of different kinds ({', '.join(sorted(kinds))}): "
+                         "repeat it for several servers of one model")
+    return [make_policy(spec, timeout) for spec in specs]
+
+
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from fastenv.eval.policies import CostlyPolicy
     from fastenv.eval.protocol import Protocol
@@ -115,7 +135,8 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     overrides = {k: getattr(args, k) for k in ("replan_steps", "num_steps_wait", "max_steps", "camera_size", "resize_size")
                  if getattr(args, k) is not None}
     try:
-        policy = make_policy(args.policy, args.timeout)
+        policies = make_policies(args.policy, args.timeout)
+        policy = policies[0]
         if not getattr(policy, "reads_chunk_starts_only", True) and args.replan_steps is None:
             overrides["replan_steps"] = 1  # its server is sent every step's observation
         if hasattr(policy, "protocol") and callable(policy.protocol):  # a LeRobot policy: LeRobot's loop, its numbers
@@ -126,18 +147,18 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         if args.policy_cost is not None:
             from fastenv.eval.runner import _as_policy
 
-            policy = CostlyPolicy(_as_policy(policy), args.policy_cost)
+            policies = [CostlyPolicy(_as_policy(p), args.policy_cost) for p in policies]
     except (ValueError, TypeError, ImportError) as exc:
         parser.error(str(exc))
     suites = args.suite or ["libero_spatial"]
     print(f"fastenv eval: {', '.join(suites)}, {'all tasks' if tasks is None else f'tasks {args.tasks}'}, {args.episodes} episodes per "
           f"task ({protocol.replan_steps} actions a chunk, {protocol.num_steps_wait} settling steps)", file=sys.stderr, flush=True)
     try:
-        payload = run(policy, suites, tasks=tasks, episodes=args.episodes, seed=args.seed, protocol=protocol, only=args.episode,
+        payload = run(policies if len(policies) > 1 else policies[0], suites, tasks=tasks, episodes=args.episodes, seed=args.seed, protocol=protocol, only=args.episode,
                       workers=args.workers, envs_per_worker=args.envs_per_worker, max_envs=args.max_envs, max_batch=args.max_batch,
                       batch_timeout=args.batch_timeout, hang_timeout=args.hang_timeout, retries=args.retries, out=args.out,
                       resume=args.resume, video=args.video, video_dir=args.video_dir, progress=not args.no_progress,
-                      backend=args.backend,
+                      backend=args.backend, time_limit=args.time_limit,
                       ray_options={"address": args.ray_address, "num_cpus": args.ray_num_cpus} if args.backend == "ray" else None)
     except ValueError as exc:
         parser.error(str(exc))
@@ -153,19 +174,26 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 def report(payload: dict[str, Any], out: str | None) -> str:
     """The table and the run's figures, as printed at the end."""
     from fastenv.eval.runner import format_table
+    from fastenv.eval.serving import describe_choice
 
     r = payload["run"]
-    p = r["policy"]
     lines = [format_table(payload), ""]
     eph = r["episodes_per_hour"]
     lines.append(f"{r['episodes_run']} episodes in {r['seconds']:.0f} s ({'-' if eph is None else f'{eph:.0f}'} episodes/hour) on "
                  f"{r['workers']} workers x {r['env_slots'] // max(1, r['workers'])} envs; {r['camera_renders']} camera images rendered "
                  f"for {r['env_steps']} env steps; {r['restarts']} worker restarts")
-    if p["calls"]:
-        tuned = r.get("tuned")
-        how = f", chosen after {tuned['after_calls']} calls" if tuned else ""
-        lines.append(f"policy: {p['calls']} calls, mean batch {p['mean_batch']:.1f} (B_max {r['max_batch']}, T_max "
-                     f"{1000 * r['batch_timeout']:g} ms{how}), busy {100 * p['busy_share']:.0f}% of the run")
+    if payload.get("stopped"):
+        lines.append(f"stopped: {payload['stopped']}")
+    each = r.get("policies") or []
+    for i, q in enumerate(each):
+        name = "policy" if len(each) == 1 else f"policy {i} (workers {', '.join(map(str, q['workers'])) or 'none'})"
+        if not q["calls"]:
+            lines.append(f"{name}: no calls")
+            continue
+        lines.append(f"{name}: {q['calls']} calls, mean batch {q['mean_batch']:.1f} (B_max {q['max_batch']}, T_max "
+                     f"{1000 * q['batch_timeout']:g} ms), busy {100 * q['busy_share']:.0f}% of the run")
+        if q.get("tuned"):
+            lines.append(f"  {describe_choice(q['tuned'])}")
     memory = r["worker_max_rss_mb"]
     if memory:
         lines.append("worker memory (peak RSS, MB): " + ", ".join(f"{k}: {v:.0f}" for k, v in memory.items()))

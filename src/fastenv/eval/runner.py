@@ -1,10 +1,13 @@
 """``fastenv.eval.run``: an episode list over worker processes, the policy called on batches of ready envs.
 
-The loop in this process hands episodes to free env slots (a slot that holds an env of the
-episode's task first, so envs are rebuilt only when a slot changes task), collects the requests
-of envs that need a chunk, and calls the policy on a batch when ``max_batch`` are waiting, when
-the oldest has waited ``batch_timeout`` seconds, or when every running episode is waiting (no
-more can come). While the policy computes, the workers step the envs that have their chunks.
+The loop in this process hands each episode to a free env slot of the least busy worker (among
+those, a slot whose env holds the episode's task, so envs are rebuilt only when a slot changes
+task), collects the requests of envs that need a chunk, and calls the policy on a batch when
+``max_batch`` are waiting, when the oldest has waited ``batch_timeout`` seconds, or when every
+running episode is waiting (no more can come). Each policy is called on a thread of its own
+(``fastenv.eval.serving``): while it computes, the workers step the envs that have their chunks,
+and with several policies (one server per GPU) worker ``w`` is served by policy ``w % P``, each
+policy batching its own workers' requests.
 
 A worker that dies, or sends nothing for ``hang_timeout`` seconds while it has work, is killed
 and started again; its episodes run again from their start (an episode's result depends on the
@@ -16,6 +19,7 @@ skips the episodes already written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -40,10 +44,9 @@ from fastenv.eval.policies import (
     Request,
 )
 from fastenv.eval.protocol import Protocol, check_chunk
+from fastenv.eval.serving import Lane, lane_workers, share_of_cpus
 
 __all__ = ["EvalError", "run", "summarize", "format_table"]
-
-TUNE_AFTER_CALLS = 16  # policy calls (and chunks stepped) measured before B_max and T_max are chosen
 
 
 class EvalError(RuntimeError):
@@ -167,31 +170,35 @@ class _Progress:
 
 
 class _Run:
-    """One evaluation's state: workers, slots, requests waiting for the policy, results."""
+    """One evaluation's state: workers, slots, the policies' lanes (their waiting requests), results."""
 
-    def __init__(self, policy: BatchPolicy, protocol: Protocol, todo: list[Episode], *, workers: int, envs_per_worker: int,
-                 max_envs: int, max_batch: int, batch_timeout: float, hang_timeout: float, retries: int, film: set[str],
-                 video_dir: str | None, record_actions: bool, context: str, on_result: Callable[[dict[str, Any]], None],
-                 tune: bool = False, cluster: Any = None) -> None:
-        self.policy, self.protocol = policy, protocol
+    def __init__(self, policies: Sequence[BatchPolicy], protocol: Protocol, todo: list[Episode], *, workers: int,
+                 envs_per_worker: int, max_envs: int, max_batch: int | None, batch_timeout: float | None, hang_timeout: float,
+                 retries: int, film: set[str], video_dir: str | None, record_actions: bool, context: str,
+                 on_result: Callable[[dict[str, Any]], None], time_limit: float | None = None, cluster: Any = None) -> None:
+        self.protocol = protocol
         self.queue: deque[Episode] = deque(todo)
         self.by_id = {e.id: e for e in todo}
-        self.max_batch, self.batch_timeout, self.hang_timeout, self.retries = max_batch, batch_timeout, hang_timeout, retries
+        self.hang_timeout, self.retries = hang_timeout, retries
         self.film, self.video_dir, self.record = film, video_dir, record_actions
         self.ctx = multiprocessing.get_context(context)
         self.on_result = on_result
         slots = min(workers * envs_per_worker, max_envs)
         per = [slots // workers + (1 if i < slots % workers else 0) for i in range(workers)]
         self.workers = [_Worker(i, list(range(n))) for i, n in enumerate(per) if n]
-        self.pending: list[tuple[float, Request]] = []
+        self.by_index = {w.index: w for w in self.workers}
+        tune = max_batch is None and batch_timeout is None
+        self.lanes: list[Lane] = []
+        for p, indices in enumerate(lane_workers(max(w.index for w in self.workers) + 1, len(policies))):
+            mine = [i for i in indices if i in self.by_index]
+            n = sum(len(self.by_index[i].slots) for i in mine)
+            self.lanes.append(Lane(p, policies[p], mine, n, max_batch=max_batch if max_batch is not None else max(1, n),
+                                   batch_timeout=batch_timeout if batch_timeout is not None else 0.01, tune=tune))
+        self.lane_of = {i: lane for lane in self.lanes for i in lane.workers}
+        self.cpus = _cpus()
         self.attempts: Counter[str] = Counter()
         self.restarts = 0
-        self.calls, self.served, self.policy_seconds = 0, 0, 0.0
-        self.batch_sizes: list[int] = []
-        self.call_seconds: list[float] = []
-        self.chunk_seconds: list[float] = []
-        self.tuned: dict[str, Any] | None = None
-        self.tuning = tune
+        self.deadline = None if time_limit is None else time.monotonic() + time_limit
         self.cluster = cluster  # a RayCluster: workers are Ray actors
 
     # -- workers --------------------------------------------------------------------------------
@@ -218,9 +225,11 @@ class _Run:
         w.starts += 1
 
     def _replace(self, w: _Worker, why: str) -> None:
-        """Kill ``w``, put its episodes back at the front of the queue, start it again."""
+        """Kill ``w``, put its episodes back at the front of the queue, start it again. Its requests
+        in a call out are dropped when the answers come (its start count has moved on)."""
         lost = list(w.busy.values())
-        self.pending = [(t, r) for t, r in self.pending if r.worker != w.index]
+        lane = self.lane_of[w.index]
+        lane.pending = [(t, r) for t, r in lane.pending if r.worker != w.index]
         if w.proc.is_alive():
             w.proc.kill()
         w.conn.close()
@@ -250,25 +259,49 @@ class _Run:
             if w.proc.is_alive() or self.cluster is not None:  # (an actor's resources are freed now, not at exit)
                 w.proc.kill()
                 w.proc.join(5)
+        for lane in self.lanes:
+            lane.close()
 
     # -- the loop -------------------------------------------------------------------------------
+    def started_all(self) -> bool:
+        """Whether no more episodes start: none left, or the time limit passed."""
+        return not self.queue or (self.deadline is not None and time.monotonic() >= self.deadline)
+
     def _assign(self) -> None:
-        for w in self.workers:
-            for slot in w.slots:
-                if slot in w.busy or not self.queue:
-                    continue
+        """Hand queued episodes to free slots, the least busy worker first.
+
+        Each episode goes to a free slot of a worker with the fewest busy slots (its envs step one
+        after another, so a busier worker runs each of them slower). Among those workers' free
+        slots, one whose env already holds a queued episode's task takes that episode (a rebuild
+        costs seconds); a worker busier than another with a free slot never does, so an env is
+        built anew rather than a busier worker loaded further. Otherwise the first free slot of
+        the least busy worker (the lowest index among equals) takes an episode of a task no free
+        slot holds, else the first in line.
+        """
+        while not self.started_all():
+            free = [(w, s) for w in self.workers for s in w.slots if s not in w.busy]
+            if not free:
+                return
+            least = min(len(w.busy) for w, _ in free)
+            free = [(w, s) for w, s in free if len(w.busy) == least]
+            pick = None
+            for w, slot in free:
                 held = w.tasks.get(slot)
-                pick = next((e for e in self.queue if (e.suite, e.task) == held), None) if held is not None else None
-                if pick is None:  # a task no other free slot holds, else the first in line
-                    taken = {t for ww in self.workers for s, t in ww.tasks.items() if s not in ww.busy}
-                    pick = next((e for e in self.queue if (e.suite, e.task) not in taken), self.queue[0])
-                self.queue.remove(pick)
-                self.attempts[pick.id] += 1
-                self.policy.start_episode(pick.id, pick.as_dict(), w.index)
-                w.busy[slot] = pick.id
-                w.tasks[slot] = (pick.suite, pick.task)
-                w.conn.send(("start", slot, pick.as_dict(), self.attempts[pick.id], pick.id in self.film))
-                w.last_seen = time.monotonic() if len(w.busy) == 1 else w.last_seen
+                if held is not None:
+                    pick = next((e for e in self.queue if (e.suite, e.task) == held), None)
+                    if pick is not None:
+                        break
+            if pick is None:
+                w, slot = free[0]
+                taken = {t for ww in self.workers for s, t in ww.tasks.items() if s not in ww.busy}
+                pick = next((e for e in self.queue if (e.suite, e.task) not in taken), self.queue[0])
+            self.queue.remove(pick)
+            self.attempts[pick.id] += 1
+            self.lane_of[w.index].submit("start_episode", pick.id, pick.as_dict(), w.index)
+            w.busy[slot] = pick.id
+            w.tasks[slot] = (pick.suite, pick.task)
+            w.conn.send(("start", slot, pick.as_dict(), self.attempts[pick.id], pick.id in self.film))
+            w.last_seen = time.monotonic() if len(w.busy) == 1 else w.last_seen
 
     def _receive(self, w: _Worker) -> None:
         try:
@@ -282,19 +315,22 @@ class _Run:
             w.pid = message[1]
             return
         slot = message[1]
+        lane = self.lane_of[w.index]
         if kind == "obs":
             _, _, episode, element, step, seconds = message
             if seconds is not None:
-                self.chunk_seconds.append(seconds)
+                lane.chunk_seconds.append(seconds)
             e = self.by_id[episode]
-            self.pending.append((time.monotonic(), Request(episode, element, step, w.index, slot,
+            lane.pending.append((time.monotonic(), Request(episode, element, step, w.index, slot,
                                                            {"suite": e.suite, "task": e.task, "init_state": e.init_state, "seed": e.seed})))
         elif kind == "done":
             result = message[2]
             w.busy.pop(slot, None)
             w.max_rss_mb = max(w.max_rss_mb, result.get("worker_max_rss_mb", 0.0))
             result["attempts"] = self.attempts[result["id"]]
-            self.policy.end_episode(result["id"], result)
+            if len(self.lanes) > 1:
+                result["policy"] = lane.index
+            lane.submit("end_episode", result["id"], dict(result))
             self.on_result(result)
         elif kind == "error":
             _, _, episode, text = message
@@ -306,73 +342,54 @@ class _Run:
 
     def _working(self, w: _Worker) -> bool:
         """Whether ``w`` owes an answer (a slot busy that is not waiting for the policy)."""
-        waiting = {r.slot for _, r in self.pending if r.worker == w.index}
+        waiting = self.lane_of[w.index].waiting(w.index)
         return any(slot not in waiting for slot in w.busy)
 
-    def _serve(self, batch: list[Request]) -> None:
-        start = time.perf_counter()
-        failed: dict[str, str] = {}
-        try:
-            chunks = list(self.policy.infer(batch))
-        except PolicyUnavailable as exc:
-            answers = exc.answers or [None] * len(batch)
-            chunks = list(answers)
-            failed = {episode: str(exc) for episode in exc.episodes}
-        except EvalError:
-            raise
-        except Exception as exc:
-            episodes = ", ".join(r.episode for r in batch)
-            raise EvalError(f"the policy raised on a batch of {len(batch)} (episodes {episodes}): {type(exc).__name__}: {exc}") from exc
-        finally:
-            self.policy_seconds += time.perf_counter() - start
-            self.call_seconds.append(time.perf_counter() - start)
-        if len(chunks) != len(batch):
-            raise EvalError(f"the policy returned {len(chunks)} chunks for a batch of {len(batch)} requests "
-                            f"(episodes {', '.join(r.episode for r in batch)})")
-        self.calls += 1
-        self.batch_sizes.append(len(batch))
-        if self.tuning and self.tuned is None and self.calls >= TUNE_AFTER_CALLS and len(self.chunk_seconds) >= TUNE_AFTER_CALLS:
-            self._tune()
-        workers = {w.index: w for w in self.workers}
-        for request, chunk in zip(batch, chunks):
-            w = workers[request.worker]
-            if request.episode in failed or chunk is None:
-                self._restart_unserved(w, request, failed.get(request.episode, "the policy gave no chunk"))
-                continue
-            try:
-                chunk = check_chunk(chunk, request.episode, self.protocol.replan_steps)
-            except ValueError as exc:
-                raise EvalError(str(exc)) from None
-            self.served += 1
-            if not self._working(w):
-                w.last_seen = time.monotonic()
-            w.conn.send(("act", request.slot, chunk[: self.protocol.replan_steps]))  # the rows the loop uses
+    def _call(self, lane: Lane) -> None:
+        batch = lane.take()
+        lane.call(batch, [self.by_index[r.worker].starts for r in batch])
 
-    def _tune(self) -> None:
-        """B_max and T_max from what the first calls measured: the policy's seconds as ``a + b x
-        batch`` (least squares over the calls), the envs' seconds per chunk (their median), and
-        fastenv's tuning model (``fastenv.tuning.CostModel``, what ``fastenv tune`` predicts with)
-        over B in {N/4, N/2, 3N/4, N} and T in {2, 10, 50} ms."""
-        from fastenv.tuning.model import CostModel, Costs
-        from fastenv.vector.plan import Candidate
-
-        sizes = np.asarray(self.batch_sizes[: len(self.call_seconds)], float)
-        seconds = np.asarray(self.call_seconds[: len(sizes)], float)
-        if np.ptp(sizes) > 0:
-            b, a = np.polyfit(sizes, seconds, 1)
-            a, b = max(0.0, float(a)), max(0.0, float(b))
-        else:
-            a, b = float(np.median(seconds)), 0.0
-        step = float(np.median(self.chunk_seconds))
-        n = sum(len(w.slots) for w in self.workers)
-        model = CostModel(Costs(step_wall=step, step_cpu=step, policy_wall=(a, b), policy_cpu=(0.0, 0.0), cpus=_cpus()))
-        options = [Candidate(len(self.workers), max_batch=bb, timeout=t)
-                   for bb in sorted({max(1, round(n * f)) for f in (0.25, 0.5, 0.75, 1.0)}) for t in (0.002, 0.01, 0.05)]
-        best = max(options, key=lambda c: model.predict(c, n).steps_per_s)
-        self.max_batch, self.batch_timeout = best.max_batch, best.timeout
-        self.tuned = {"max_batch": best.max_batch, "batch_timeout": best.timeout, "policy_seconds": [a, b],
-                      "chunk_seconds": step, "after_calls": self.calls, "bound": model.predict(best, n).bound,
-                      "by": "fastenv.tuning.CostModel"}
+    def _collect(self, lane: Lane) -> None:
+        """What ``lane``'s thread finished: a call's chunks go to their envs; a hook that raised stops the run."""
+        name = "the policy" if len(self.lanes) == 1 else f"policy {lane.index}"
+        for method, args, value, error, seconds in lane.results():
+            if method != "infer":
+                raise EvalError(f"{name} raised in {method} (episode {args[0]}): {type(error).__name__}: {error}") from error
+            batch = args[0]
+            failed: dict[str, str] = {}
+            if error is None:
+                chunks = value
+            elif isinstance(error, PolicyUnavailable):
+                chunks = list(error.answers or [None] * len(batch))
+                failed = {episode: str(error) for episode in error.episodes}
+            elif isinstance(error, EvalError):
+                raise error
+            else:
+                episodes = ", ".join(r.episode for r in batch)
+                raise EvalError(f"{name} raised on a batch of {len(batch)} (episodes {episodes}): {type(error).__name__}: {error}") from error
+            if len(chunks) != len(batch):
+                raise EvalError(f"{name} returned {len(chunks)} chunks for a batch of {len(batch)} requests "
+                                f"(episodes {', '.join(r.episode for r in batch)})")
+            # a worker with all its busy slots in this call owed nothing: its silence was no hang
+            idle = {r.worker for r, _ in lane.inflight or () if not self._working(self.by_index[r.worker])}
+            inflight, lane.inflight = lane.inflight or [], None
+            lane.record(len(batch), seconds, share_of_cpus(self.cpus, len(lane.workers), len(self.workers)), measured=not failed)
+            now = time.monotonic()
+            for (request, starts), chunk in zip(inflight, chunks):
+                w = self.by_index[request.worker]
+                if w.starts != starts or w.busy.get(request.slot) != request.episode:
+                    continue  # its worker was replaced while the policy computed: the episode runs again anyway
+                if request.episode in failed or chunk is None:
+                    self._restart_unserved(w, request, failed.get(request.episode, "the policy gave no chunk"))
+                    continue
+                try:
+                    chunk = check_chunk(chunk, request.episode, self.protocol.replan_steps)
+                except ValueError as exc:
+                    raise EvalError(str(exc)) from None
+                lane.served += 1
+                if w.index in idle:
+                    w.last_seen = now
+                w.conn.send(("act", request.slot, chunk[: self.protocol.replan_steps]))  # the rows the loop uses
 
     def _restart_unserved(self, w: _Worker, request: Request, why: str) -> None:
         """The policy could not serve ``request``: its episode starts again (its slot is freed)."""
@@ -384,23 +401,25 @@ class _Run:
             return
         for w in self.workers:
             self._spawn(w)
-        while self.queue or any(w.busy for w in self.workers):
+        for lane in self.lanes:
+            lane.start()
+        while not self.started_all() or any(w.busy for w in self.workers):
             self._assign()
             now = time.monotonic()
-            if self.pending:
-                oldest = self.pending[0][0]
-                running = sum(len(w.busy) for w in self.workers)
-                if len(self.pending) >= self.max_batch or len(self.pending) >= running or now - oldest >= self.batch_timeout:
-                    batch = [r for _, r in self.pending[: self.max_batch]]
-                    self.pending = self.pending[self.max_batch:]
-                    self._serve(batch)
-                    continue
-                timeout = max(0.0, oldest + self.batch_timeout - now)
-            else:
-                timeout = 1.0
+            timeout = 1.0
+            for lane in self.lanes:
+                due = lane.due(sum(len(self.by_index[i].busy) for i in lane.workers), now)
+                if due == 0.0:
+                    self._call(lane)
+                elif due is not None:
+                    timeout = min(timeout, due)
             conns = {w.conn: w for w in self.workers}
             sentinels = {w.proc.sentinel: w for w in self.workers}
-            ready = multiprocessing.connection.wait([*conns, *sentinels], timeout)
+            wakes = {lane.wake: lane for lane in self.lanes}
+            ready = multiprocessing.connection.wait([*wakes, *conns, *sentinels], timeout)
+            for item in ready:
+                if item in wakes:
+                    self._collect(wakes[item])
             for item in ready:
                 if item in conns and conns[item].conn is item:
                     self._receive(conns[item])
@@ -420,6 +439,37 @@ def _as_policy(policy: Any) -> BatchPolicy:
     if callable(policy):
         return CallablePolicy(policy)
     raise TypeError(f"policy must be a fastenv.eval.BatchPolicy or a callable on a batch of observations, got {type(policy).__name__}")
+
+
+def _as_policies(policy: Any) -> list[BatchPolicy]:
+    """One policy, or a list of them (one per server): each a ``BatchPolicy`` or a callable."""
+    if not isinstance(policy, (list, tuple)):
+        return [_as_policy(policy)]
+    if not policy:
+        raise ValueError("policy: an empty list; give one policy, or one per server")
+    policies = [_as_policy(p) for p in policy]
+    if len({id(p) for p in policy}) != len(policy):
+        raise ValueError("policy: the same object appears twice in the list; each server needs a policy object of its own "
+                         "(each is called from a thread of its own)")
+    if len({p.reads_chunk_starts_only for p in policies}) > 1:
+        raise ValueError("policy: the policies disagree on what they read (some a chunk's start only, some every step); "
+                         "give policies of one kind")
+    return policies
+
+
+def _policy_figures(lanes: Sequence[Lane], seconds: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run.policy`` (the one policy, or all of them summed) and ``run.policies`` (each)."""
+    each = [lane.figures(seconds) for lane in lanes]
+    keys = ("calls", "served", "mean_batch", "busy_seconds", "busy_share")
+    if len(each) == 1:
+        one = each[0]
+        return {**lanes[0].policy.describe(), **{k: one[k] for k in keys}}, each
+    sizes = [b for lane in lanes for b in lane.batch_sizes]
+    shares = [p["busy_share"] for p in each if p["busy_share"] is not None]
+    return {"form": "several policies", "count": len(each), "calls": sum(p["calls"] for p in each),
+            "served": sum(p["served"] for p in each), "mean_batch": float(np.mean(sizes)) if sizes else None,
+            "busy_seconds": sum(p["busy_seconds"] for p in each),
+            "busy_share": float(np.mean(shares)) if shares else None}, each  # the policies' mean share
 
 
 def run(
@@ -447,12 +497,16 @@ def run(
     context: str = "spawn",
     backend: str = "local",
     ray_options: dict[str, Any] | None = None,
+    time_limit: float | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``policy`` on every episode of ``suites`` and return (and write to ``out``) the results.
 
     Args:
         policy: a ``BatchPolicy`` (``OpenpiPolicy``, ``VlaEvalPolicy``, ``LeRobotPolicy``, ...) or a
-            callable on a batch of observations (``fastenv.eval.policies.CallablePolicy``).
+            callable on a batch of observations (``fastenv.eval.policies.CallablePolicy``); or a
+            list of them, one per server (GPU) serving the same model: worker ``w`` is served by
+            policy ``w % len(policy)``, each batching its own workers' requests, the calls to
+            different policies overlapping in time.
         suites: the LIBERO suites (``episode_list``).
         tasks: the tasks of each suite (default: all).
         episodes: episodes per task, on its init states ``0 .. episodes - 1``.
@@ -466,7 +520,8 @@ def run(
             wait for a chunk, when the oldest has waited ``batch_timeout``, or when every running
             episode waits. Where neither is given, the first calls run with every env slot and
             10 ms, then fastenv's tuning model chooses both from the policy's and the envs'
-            measured costs (the JSON's ``run.tuned``).
+            measured costs (the JSON's ``run.tuned``; ``fastenv.eval.serving.choose_batching``).
+            With several policies, each has its own B_max and T_max (``run.policies``).
         batch_timeout: T_max, in seconds.
         hang_timeout: a worker silent that long while it has work is replaced.
         retries: restarts of an episode before the run stops.
@@ -481,12 +536,15 @@ def run(
         backend: ``"local"`` (worker processes here) or ``"ray"`` (Ray actors over a cluster).
         ray_options: where the actors run (the vector env's ``RayOptions``: ``address``,
             ``num_cpus``, ``num_gpus``, ``resources``, ``placement_strategy``, ``runtime_env``).
+        time_limit: seconds after which no episode starts; those running finish, the payload is
+            marked incomplete, and ``resume`` goes on from it.
 
     Returns:
         The payload written to ``out``: the episode list, each episode's result (success, length,
         return, the digest of its actions), the success rates per task and suite, and the run's
-        figures (episodes per hour, the policy's calls, batch sizes and busy share, workers'
-        memory, restarts).
+        figures (episodes per hour, the policy's calls, batch sizes and busy share, the fit of its
+        cost and the B_max/T_max chosen from it, workers' memory, restarts; per policy in
+        ``run.policies``).
 
     Examples:
         >>> from fastenv.eval import run
@@ -494,7 +552,8 @@ def run(
         >>> if __name__ == "__main__":
         ...     results = run(ProjectionPolicy(), "libero_spatial", tasks=[0], episodes=2, workers=2)
     """
-    policy = _as_policy(policy)
+    policies = _as_policies(policy)
+    policy = policies[0]
     protocol = Protocol.named(protocol) if isinstance(protocol, str) else protocol
     if not isinstance(protocol, Protocol):
         raise TypeError(f"protocol must be 'openpi', 'oft' or a fastenv.eval.Protocol, got {protocol!r}")
@@ -508,8 +567,11 @@ def run(
     for name, value in (("workers", workers), ("max_envs", max_envs), ("max_batch", max_batch)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be an int >= 1 (or None for its default), got {value!r}")
-    for name, value in (("batch_timeout", batch_timeout), ("hang_timeout", hang_timeout)):
-        if name == "batch_timeout" and value is None:
+    if workers is not None and workers < len(policies):
+        raise ValueError(f"{len(policies)} policies need at least {len(policies)} workers (worker w is served by policy "
+                         f"w % {len(policies)}), got workers={workers}")
+    for name, value in (("batch_timeout", batch_timeout), ("hang_timeout", hang_timeout), ("time_limit", time_limit)):
+        if name in ("batch_timeout", "time_limit") and value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
@@ -559,9 +621,6 @@ def run(
     max_envs = max_envs if max_envs is not None else workers * envs_per_worker
     slots = min(workers * envs_per_worker, max_envs, max(1, len(todo)))
     workers = min(workers, slots)
-    tune = max_batch is None and batch_timeout is None
-    max_batch = max_batch if max_batch is not None else slots
-    batch_timeout = batch_timeout if batch_timeout is not None else 0.01
 
     results: dict[str, dict[str, Any]] = dict(written)
     lines = None
@@ -587,14 +646,17 @@ def run(
         from fastenv.eval.ray_workers import RayCluster
 
         cluster = RayCluster(ray_options)
-    state = _Run(policy, protocol, todo, workers=workers, envs_per_worker=envs_per_worker, max_envs=max_envs, max_batch=max_batch,
+    state = _Run(policies, protocol, todo, workers=workers, envs_per_worker=envs_per_worker, max_envs=max_envs, max_batch=max_batch,
                  batch_timeout=batch_timeout, hang_timeout=hang_timeout, retries=retries, film=films,
                  video_dir=None if video_dir is None else str(video_dir), record_actions=record_actions, context=context,
-                 on_result=on_result, tune=tune, cluster=cluster)
+                 on_result=on_result, time_limit=time_limit, cluster=cluster)
     start = time.perf_counter()
     error: BaseException | None = None
+    opened: list[BatchPolicy] = []
     try:
-        policy.open(len(state.workers))
+        for lane in state.lanes:
+            lane.policy.open(max(1, len(lane.workers)))
+            opened.append(lane.policy)
         state.loop()
     except BaseException as exc:  # written below either way; KeyboardInterrupt too
         error = exc
@@ -605,13 +667,22 @@ def run(
         try:
             state.close()
         finally:
-            policy.close()
+            for p in opened:
+                with contextlib.suppress(Exception):  # one policy's failing close does not keep the others open
+                    p.close()
         ran = [r for r in results.values() if r["id"] not in written]
+        unstarted = len(state.queue)
+        if error is None and unstarted:
+            stopped = f"time limit of {time_limit:g} s: {unstarted} episodes not started (resume=True goes on)"
+        else:
+            stopped = None if error is None else f"{type(error).__name__}: {error}".splitlines()[0]
+        policy_figures, each_policy = _policy_figures(state.lanes, seconds)
+        lane = state.lanes[0] if len(state.lanes) == 1 else None
         order = {e.id: i for i, e in enumerate(the_list)}
         payload = {
             "fastenv_eval": 1,
             "complete": error is None and all(e.id in results for e in todo_list),
-            "stopped": None if error is None else f"{type(error).__name__}: {error}".splitlines()[0],
+            "stopped": stopped,
             "protocol": protocol.as_dict(),
             "suites": suites, "tasks": None if tasks is None else list(tasks), "episodes_per_task": episodes, "seed": seed,
             "only": only,
@@ -624,11 +695,11 @@ def run(
                 "episodes_per_hour": 3600 * len(ran) / seconds if seconds > 0 and ran else None,
                 "env_steps": sum(r["length"] + protocol.num_steps_wait for r in ran),
                 "camera_renders": sum(r["camera_renders"] for r in ran),
-                "workers": len(state.workers), "env_slots": sum(len(w.slots) for w in state.workers), "max_batch": state.max_batch,
-                "batch_timeout": state.batch_timeout, "tuned": state.tuned, "restarts": state.restarts,
-                "policy": {**policy.describe(), "calls": state.calls, "served": state.served,
-                           "mean_batch": float(np.mean(state.batch_sizes)) if state.batch_sizes else None,
-                           "busy_seconds": state.policy_seconds, "busy_share": state.policy_seconds / seconds if seconds > 0 else None},
+                "workers": len(state.workers), "env_slots": sum(len(w.slots) for w in state.workers),
+                # B_max, T_max and their choice: the one policy's (with several, each policy's in "policies")
+                "max_batch": lane.max_batch if lane else None, "batch_timeout": lane.batch_timeout if lane else None,
+                "tuned": lane.tuned if lane else None, "restarts": state.restarts,
+                "policy": policy_figures, "policies": each_policy, "time_limit": time_limit,
                 "worker_max_rss_mb": {w.index: round(w.max_rss_mb, 1) for w in state.workers}, "backend": backend,
             },
         }
