@@ -2,6 +2,10 @@
 
     python benchmarks/bench_gpu_server.py --out results/bench_gpu_server.json
     python benchmarks/bench_gpu_server.py --parts maniskill --out results/bench_gpu_server_maniskill.json
+    python benchmarks/bench_gpu_server.py --parts server eval --out results/bench_gpu_server_h200.json
+
+``benchmarks/gpu_server_run.sh`` is the whole prepared run for a machine without network access
+(it unpacks what ``benchmarks/pack_libero.py`` packed and runs the server and eval parts).
 
 One prepared run for a machine with an NVIDIA GPU (sized for under 8 minutes on one H100 with 16
 cores); each part runs in its own process under a time limit, and the JSON is written after each,
@@ -15,6 +19,11 @@ so a part that fails or runs out of time leaves the others' figures:
   host's cores, the compiled loop serving, a VLA's cost spent by a random-weight transformer on
   the GPU (``--policy-compute transformer``); its rows, x Default and x floor, and each worker's
   renderer;
+- ``server``: ``fastenv compile``, then ``fastenv bench --regime server`` (docs/gpu-servers.md): the
+  VLA-sized transformer on the GPU, Default and fastenv at the layout its cost model chooses for
+  16, 64 and 128 envs (the host's cores x 1, 4, 8), each against the bound ``min(N K / P(N), C / c)``;
+- ``eval``: ``fastenv eval`` on libero_spatial with the same transformer (``benchmarks/bench_eval_gpu.py``,
+  its arguments after ``--eval-args``): episodes per hour beside vla-eval's published figure;
 - ``memory``: GPU memory per LIBERO env (NVML: the process's graphics memory and the device's used
   memory) as one process builds 1, 2 and 4 envs with two 128-px cameras, beside its resident memory;
 - ``rlinf``: RLinf main's LIBERO env with its ``skip_intermediate_renders`` off and on against
@@ -27,8 +36,10 @@ so a part that fails or runs out of time leaves the others' figures:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -36,19 +47,30 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("devices", "libero", "memory", "rlinf", "maniskill")
+PARTS = ("devices", "libero", "server", "eval", "memory", "rlinf", "maniskill")
 
 
 def _run(command: list[str], limit: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one part's command; its output's tail, exit code and seconds."""
     start = time.perf_counter()
+    # A session of its own: at the limit the part's whole process group goes (its env workers too),
+    # so nothing it started runs on into the next part.
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=ROOT,
+                            start_new_session=True)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=limit, env={**os.environ, **(env or {})}, cwd=ROOT)
-        code, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as stopped:
+        out, err = proc.communicate(timeout=limit)
+        code: Any = proc.returncode
+    except subprocess.TimeoutExpired:
         code = "timeout"
-        out = stopped.stdout.decode(errors="replace") if isinstance(stopped.stdout, bytes) else stopped.stdout or ""
-        err = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            out, err = proc.communicate(timeout=20)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # anything of the part's still running
     seconds = round(time.perf_counter() - start, 1)
     print(f"$ {' '.join(command)}\n{out[-6000:]}\n{err[-3000:]}\n(exit {code}, {seconds} s)", flush=True)
     return {"command": command, "exit": code, "seconds": seconds, "stdout_tail": out[-4000:], "stderr_tail": err[-3000:]}
@@ -75,6 +97,34 @@ def part_libero(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     written = folder / "bench" / "fastenv_bench.json"
     if written.exists():
         out["fastenv_bench"] = json.loads(written.read_text())
+    return out
+
+
+def part_server(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """``fastenv bench --regime server``: Default and fastenv at 16, 64 and 128 envs (the host's cores x 1, 4, 8)
+    with the VLA-sized transformer on the GPU, each against the bound."""
+    fastenv = [sys.executable, "-m", "fastenv.cli"]
+    compiled = _run([*fastenv, "compile"], 240)
+    target = folder / "server"
+    envs = [str(n) for n in args.envs] if args.envs else []
+    device = ["--device", "cuda", "--policy-compute", "transformer"] if args.server_device == "cuda" else ["--device", "cpu", "--policy-compute", "wait"]
+    bench = _run([*fastenv, "bench", "--regime", "server", *device, "--policy-cost", args.policy_cost, "--suite", args.suite,
+                  "--task-id", str(args.task_id), "--chunk", "8", "--camera-size", str(args.camera_size), "--seconds", str(args.server_seconds),
+                  *(["--envs", *envs] if envs else []), "--out", str(target)], args.server_limit)
+    out: dict[str, Any] = {"compile": compiled, "bench": bench}
+    written = target / "fastenv_bench_server.json"
+    if written.exists():
+        out["fastenv_bench_server"] = json.loads(written.read_text())
+    return out
+
+
+def part_eval(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """``fastenv eval`` on libero_spatial with the VLA-sized transformer (``benchmarks/bench_eval_gpu.py``)."""
+    target = folder / "eval_gpu.json"
+    run = _run([sys.executable, str(ROOT / "benchmarks" / "bench_eval_gpu.py"), *args.eval_args, "--out", str(target)], args.eval_limit)
+    out: dict[str, Any] = {"run": run}
+    if target.exists():
+        out["bench_eval_gpu"] = json.loads(target.read_text())
     return out
 
 
@@ -157,6 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--policy-cost", default="pi0-eager", help="fastenv bench's --policy-cost (spent by the transformer on CUDA)")
     parser.add_argument("--maniskill-steps", type=int, default=64)
+    parser.add_argument("--envs", type=int, nargs="+", help="server: env counts (default: the cores x 1, 4, 8)")
+    parser.add_argument("--server-seconds", type=float, default=10.0, help="server: seconds timed per row")
+    parser.add_argument("--server-device", choices=["cuda", "cpu"], default="cuda",
+                        help="server: the transformer on CUDA, or (cpu) pi0-eager's cost as a wait, a check of the part off the GPU")
+    parser.add_argument("--suite", default="libero_spatial", help="server: LIBERO suite (default %(default)s)")
+    parser.add_argument("--task-id", type=int, default=0)
+    parser.add_argument("--camera-size", type=int, default=128, help="server: camera px (default %(default)s)")
+    parser.add_argument("--server-limit", type=float, default=480.0, help="server: seconds for the whole part")
+    parser.add_argument("--eval-args", nargs=argparse.REMAINDER, default=[], help="eval: bench_eval_gpu.py's arguments (last on the line)")
+    parser.add_argument("--eval-limit", type=float, default=240.0, help="eval: seconds for the whole part")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds per part")
     parser.add_argument("--folder", default=None, help="where the parts' own files go (default: beside --out)")
     parser.add_argument("--out", default="results/bench_gpu_server.json")

@@ -532,7 +532,11 @@ def _row(name: str, n: int, timed: dict[str, Any], loop: _Loop, costs: Any, poin
         "x_bound": rate / bound["bound"], "x_closed_loop": rate / bound["closed_loop"], "bound": bound,
         "policy": {"calls": len(batches), "mean_batch": mean_batch, "busy_share": loop.policy_s / timed["seconds"],
                    "seconds_per_call_in_loop": in_loop, "seconds_per_call_alone": alone,
-                   "in_loop_over_alone": in_loop / alone if in_loop and alone else None},
+                   "in_loop_over_alone": in_loop / alone if in_loop and alone else None,
+                   # of a call: the host copies and starting the device copies (fastenv's), and the rest (the
+                   # policy's own work up to its result on the host)
+                   "glue_ms_per_call": 1000.0 * timed.get("policy_glue_s", 0.0) / max(len(batches), 1),
+                   "work_ms_per_call": 1000.0 * timed.get("policy_work_s", 0.0) / max(len(batches), 1)},
         "around_policy_ms_per_call": 1000.0 * (timed["seconds"] - loop.policy_s) / max(len(batches), 1),
         "episodes_ended": loop.trajectories.episodes_ended,
         **extra,
@@ -553,7 +557,9 @@ def run_default(cfg: ServerConfig, n: int, policy: ServerPolicy, env_cores: list
             obs = loop.step_all(obs)
         build_s = time.perf_counter() - built
         cpu0 = _cpu_seconds(pids)
+        glue0, work0 = policy.glue_s, policy.work_s
         timed = run_loop(loop, "step", None, cfg, obs)
+        timed["policy_glue_s"], timed["policy_work_s"] = policy.glue_s - glue0, policy.work_s - work0
         env_cpu = (_cpu_seconds(pids) - cpu0) / timed["env_steps"]
         extra = {"layout": {"label": f"AsyncVectorEnv, {n} processes", "mode": "step"}, "build_and_warmup_s": build_s,
                  "env_cpu_s_per_step": env_cpu, "host_memory_mb": {"envs": _rss_mb(pids), "policy_process": _rss_mb([os.getpid()])},
@@ -580,7 +586,9 @@ def run_fastenv(cfg: ServerConfig, n: int, cand: Any, prediction: Any, policy: S
             obs = loop.step_all(obs)
         build_s = time.perf_counter() - built
         envs.reset_profile()
+        glue0, work0 = policy.glue_s, policy.work_s
         timed = run_loop(loop, cand.mode, cand, cfg, obs)
+        timed["policy_glue_s"], timed["policy_work_s"] = policy.glue_s - glue0, policy.work_s - work0
         report = envs.profile_report()
         env_cpu = sum(report["cpu_seconds"].values()) / timed["env_steps"]
         served = [dict(p) for p in envs.call("fast_paths")]
