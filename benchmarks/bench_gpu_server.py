@@ -50,27 +50,35 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("devices", "libero", "server", "eval", "memory", "rlinf", "maniskill")
 
 
+LOGS: Path | None = None  # where each part's whole output goes, as it comes (set by main)
+
+
 def _run(command: list[str], limit: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run one part's command; its output's tail, exit code and seconds."""
+    """Run one part's command; its output's tail, exit code and seconds (the whole output in LOGS)."""
     start = time.perf_counter()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    name = Path(command[2] if command[1] == "-m" else command[1]).stem + (f"-{command[3]}" if command[1] == "-m" and len(command) > 3 else "")
+    out_path, err_path = LOGS / f"{name}.out.log", LOGS / f"{name}.err.log"
     # A session of its own: at the limit the part's whole process group goes (its env workers too),
-    # so nothing it started runs on into the next part.
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=ROOT,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=limit)
-        code: Any = proc.returncode
-    except subprocess.TimeoutExpired:
-        code = "timeout"
+    # so nothing it started runs on into the next part. Its output goes to files as it comes.
+    with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
+        proc = subprocess.Popen(command, stdout=out_file, stderr=err_file, text=True, env={**os.environ, **(env or {})}, cwd=ROOT,
+                                start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            out, err = proc.communicate(timeout=20)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
+            proc.wait(timeout=limit)
+            code: Any = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # anything of the part's still running
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # anything of the part's still running
+        proc.wait()
+    out, err = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     seconds = round(time.perf_counter() - start, 1)
     print(f"$ {' '.join(command)}\n{out[-6000:]}\n{err[-3000:]}\n(exit {code}, {seconds} s)", flush=True)
     return {"command": command, "exit": code, "seconds": seconds, "stdout_tail": out[-4000:], "stderr_tail": err[-3000:]}
@@ -108,9 +116,10 @@ def part_server(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     target = folder / "server"
     envs = [str(n) for n in args.envs] if args.envs else []
     device = ["--device", "cuda", "--policy-compute", "transformer"] if args.server_device == "cuda" else ["--device", "cpu", "--policy-compute", "wait"]
+    default_envs = ["--default-envs", *map(str, args.default_envs)] if args.default_envs else []
     bench = _run([*fastenv, "bench", "--regime", "server", *device, "--policy-cost", args.policy_cost, "--suite", args.suite,
                   "--task-id", str(args.task_id), "--chunk", "8", "--camera-size", str(args.camera_size), "--seconds", str(args.server_seconds),
-                  *(["--envs", *envs] if envs else []), "--out", str(target)], args.server_limit)
+                  *(["--envs", *envs] if envs else []), *default_envs, "--out", str(target)], args.server_limit)
     out: dict[str, Any] = {"compile": compiled, "bench": bench}
     written = target / "fastenv_bench_server.json"
     if written.exists():
@@ -209,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maniskill-steps", type=int, default=64)
     parser.add_argument("--envs", type=int, nargs="+", help="server: env counts (default: the cores x 1, 4, 8)")
     parser.add_argument("--server-seconds", type=float, default=10.0, help="server: seconds timed per row")
+    parser.add_argument("--default-envs", type=int, nargs="+", help="server: run Default only at these N (default: every N)")
     parser.add_argument("--server-device", choices=["cuda", "cpu"], default="cuda",
                         help="server: the transformer on CUDA, or (cpu) pi0-eager's cost as a wait, a check of the part off the GPU")
     parser.add_argument("--suite", default="libero_spatial", help="server: LIBERO suite (default %(default)s)")
@@ -227,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     folder = Path(args.folder) if args.folder else out.with_suffix("")
     folder.mkdir(parents=True, exist_ok=True)
+    global LOGS
+    LOGS = folder
     payload: dict[str, Any] = {"benchmark": "bench_gpu_server", "date": time.strftime("%Y-%m-%d"), "machine": machine(), "parts": {}}
     try:
         import torch

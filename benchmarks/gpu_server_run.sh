@@ -41,6 +41,7 @@ if [ "${1:-}" = smoke ]; then
     --out "$OUT/bench_gpu_server_smoke.json" --eval-limit 180 --eval-args --tasks 0 --episodes 1 --no-progress
   exit $?
 fi
-python3 benchmarks/bench_gpu_server.py --parts server eval --server-seconds "${SERVER_SECONDS:-10}" --server-limit "${SERVER_LIMIT:-420}" \
-  --out "$OUT/bench_gpu_server.json" --eval-limit "${EVAL_LIMIT:-200}" \
+# PARTS, SERVER_ARGS (e.g. "--envs 64 128 16 --default-envs 16"), EVAL_ARGS choose what runs.
+python3 benchmarks/bench_gpu_server.py --parts ${PARTS:-server eval} --server-seconds "${SERVER_SECONDS:-10}" --server-limit "${SERVER_LIMIT:-420}" \
+  ${SERVER_ARGS:-} --out "$OUT/bench_gpu_server.json" --eval-limit "${EVAL_LIMIT:-200}" \
   --eval-args ${EVAL_ARGS:---workers 15 --envs-per-worker 4 --seconds 100 --no-progress}

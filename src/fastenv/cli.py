@@ -64,6 +64,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
                         help="env counts to run (default: the machine's cores x 1, 4 and 8: 16, 64, 128 on 16 cores)")
     server.add_argument("--seconds", type=float, help="seconds timed per row (default 20)")
     server.add_argument("--rows", nargs="+", choices=["Default", "fastenv"], help="rows to run (default both)")
+    server.add_argument("--default-envs", type=int, nargs="+", metavar="N", help="run Default only at these N (default: every N)")
 
 
 def _tune_parser(sub: argparse._SubParsersAction) -> None:
@@ -371,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench" and args.regime == "server":
         return _run_bench_server(parser, args)
     if args.command == "bench":
-        if args.envs is not None or args.seconds is not None or args.rows is not None:
-            parser.error("--envs, --seconds and --rows are options of --regime server")
+        if args.envs is not None or args.seconds is not None or args.rows is not None or args.default_envs is not None:
+            parser.error("--envs, --seconds, --rows and --default-envs are options of --regime server")
         from fastenv.bench import BenchConfig, format_table, run
 
         given = {
@@ -445,6 +446,8 @@ def _run_bench_server(parser: argparse.ArgumentParser, args: argparse.Namespace)
         options["envs"] = tuple(args.envs)
     if args.rows is not None:
         options["rows"] = tuple(args.rows)
+    if args.default_envs is not None:
+        options["default_envs"] = tuple(args.default_envs)
     if args.policy_cost is not None:
         options["policy_cost"] = args.policy_cost
     cfg = ServerConfig(suite=args.suite, task_id=args.task_id, device=args.device, policy_compute=args.policy_compute, out=args.out, **options)
