@@ -211,3 +211,53 @@ def test_the_server_regime_runs_default_and_fastenv_on_libero_with_the_same_data
     assert inputs["C"] == len(written["env_cores"]) and inputs["K"] == 8 and inputs["c_s"] > 0
     assert entry["fastenv"]["layout"]["label"] == entry["chosen"]
     assert "bound = min(N K / P(N), C / c)" in format_table(payload)
+
+
+# -- the policy's cores ----------------------------------------------------------------------------------
+def _topology(tmp_path, siblings):
+    for cpu, text in siblings.items():
+        folder = tmp_path / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(text + "\n")
+    return tmp_path
+
+
+def test_the_policy_gets_a_whole_physical_core(tmp_path):
+    from fastenv.machine import parse_cpu_list, split_cores, thread_siblings
+
+    assert parse_cpu_list("0-2,8") == [0, 1, 2, 8]
+    smt = _topology(tmp_path / "smt", {c: f"{c % 8},{c % 8 + 8}" for c in range(16)})  # 8 cores x 2 threads
+    assert thread_siblings(0, smt) == [0, 8]
+    assert split_cores(1, list(range(16)), smt) == ([0, 8], [1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15])
+    plain = _topology(tmp_path / "plain", {0: "0", 1: "1"})
+    assert split_cores(1, [0, 1], plain) == ([0], [1])
+    # a sibling outside the affinity is not taken; whole cores that would leave nothing: the plain split
+    assert split_cores(1, [0, 1, 2], smt) == ([0], [1, 2])
+    assert split_cores(1, [0, 8], smt) == ([0], [8])
+    assert split_cores(2, [0, 1], plain) == ([0, 1], [0, 1])
+    assert thread_siblings(3, tmp_path / "missing") == [3]
+
+
+def _affinity_in_child(factory):
+    return factory()
+
+
+def _affinity():
+    import os
+
+    return sorted(os.sched_getaffinity(0))
+
+
+def test_an_env_factory_pins_only_other_processes():
+    # AsyncVectorEnv calls its first factory in the caller (a dummy env for the spaces): the policy's
+    # process keeps its cores
+    import multiprocessing
+    import os
+
+    from fastenv.bench import Pinned
+
+    mine = sorted(os.sched_getaffinity(0))
+    factory = Pinned(_affinity, mine[:1])
+    assert factory() == mine and sorted(os.sched_getaffinity(0)) == mine
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(_affinity_in_child, (factory,)) == mine[:1]

@@ -139,21 +139,26 @@ def variants(cfg: BenchConfig) -> list[Variant]:
 
 
 def cores(policy_cores: int) -> tuple[list[int], list[int]]:
-    """(policy cores, env cores) among the cores this process may run on (cgroups included)."""
-    available = sorted(os.sched_getaffinity(0))
-    if len(available) <= policy_cores:
-        return available, available
-    return available[:policy_cores], available[policy_cores:]
+    """(policy cores, env cores) among the cores this process may run on (cgroups included): the
+    policy's are whole physical cores (their SMT siblings with them, ``fastenv.machine.split_cores``)."""
+    from fastenv.machine import split_cores
+
+    return split_cores(policy_cores)
 
 
-class _Pinned:
-    """An env factory that first pins its process to ``cores`` (runs in the env's own process)."""
+class Pinned:
+    """An env factory that first pins its process to ``cores`` when it runs in another process.
+
+    Gymnasium's ``AsyncVectorEnv`` also calls its first factory in the calling process (a dummy
+    env, for the spaces): that process, the policy's, keeps its own cores.
+    """
 
     def __init__(self, fn: Callable[[], Any], cores: list[int]) -> None:
-        self.fn, self.cores = fn, cores
+        self.fn, self.cores, self.owner = fn, cores, os.getpid()
 
     def __call__(self) -> Any:
-        os.sched_setaffinity(0, self.cores)
+        if os.getpid() != self.owner:
+            os.sched_setaffinity(0, self.cores)
         return self.fn()
 
 
@@ -177,7 +182,7 @@ def _env_fns(cfg: BenchConfig, build: str, env_cores: list[int]) -> list[Callabl
     stock = build == "stock"
     maker = functools.partial(make_env, chunk=cfg.chunk) if build == "chunked" else functools.partial(stepwise_env, cfg.chunk)
     return [
-        _Pinned(
+        Pinned(
             functools.partial(
                 maker, cfg.suite, cfg.task_id,
                 modalities=None if stock else SLIM_MODALITIES,

@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from fastenv.bench import _Pinned, episode_lengths, stepwise_env
-from fastenv.machine import available_memory, measured_on, process_memory
+from fastenv.bench import Pinned, episode_lengths, stepwise_env
+from fastenv.machine import available_memory, measured_on, process_memory, thread_siblings
 
 IMAGE_KEYS = ("agentview_image", "robot0_eye_in_hand_image")
 STATE_KEY = "robot0_proprio-state"
@@ -153,7 +153,11 @@ class ServerPolicy:
         self.calls = 0
         self.glue_s = 0.0
         self.work_s = 0.0
-        self.last_call_s = 0.0
+        self.launch_s = 0.0  # of work_s: this process's time to hand the device its work (eager kernel launches)
+        self.device_s = 0.0  # the device's time from the work's first kernel to its last (CUDA events), stalls included
+        self.last: dict[str, float] = {}
+        if self.cuda:
+            self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"device": str(self.device), "head": "ExactChunkPolicy (integer arithmetic)", "compute": self.compute}
@@ -182,15 +186,21 @@ class ServerPolicy:
             self.dev_state[:b].copy_(self.host_state[:b], non_blocking=True)
             self.dev_noise[:b].copy_(self.host_noise[:b], non_blocking=True)
         t1 = time.perf_counter()
+        if self.cuda:
+            self.events[0].record()
         images_dev = [d[:b] for d in self.dev]
         actions = self.head.act(images_dev, self.dev_state[:b], env_ids, counts, noise=self.dev_noise[:b])
         prints = self.head.fingerprint(images_dev, self.dev_state[:b])
         if self.model is not None:
             self.model.run(b, images=torch.stack(images_dev, dim=1))
+        device_s = None
         if self.cuda:
+            self.events[1].record()
             self.out_actions[:b].copy_(actions, non_blocking=True)
             self.out_prints[:b].copy_(prints, non_blocking=True)
+            launched = time.perf_counter()
             torch.cuda.synchronize(self.device)  # the transformer's kernels and the copies back are done
+            device_s = self.events[0].elapsed_time(self.events[1]) / 1000.0
             actions_np, prints_np = self.out_actions[:b].numpy().copy(), self.out_prints[:b].numpy().copy()
         else:
             actions_np, prints_np = actions.numpy(), prints.numpy()
@@ -201,7 +211,11 @@ class ServerPolicy:
         self.calls += 1
         self.glue_s += t1 - t0
         self.work_s += t3 - t1
-        self.last_call_s = t3 - t0
+        self.last = {"call_s": t3 - t0, "glue_s": t1 - t0}
+        if device_s is not None:
+            self.launch_s += launched - t1
+            self.device_s += device_s
+            self.last.update(launch_s=launched - t1, device_s=device_s)
         return actions_np, prints_np
 
 
@@ -230,12 +244,17 @@ def calibrate_policy(policy: ServerPolicy, image_shapes: Sequence[tuple[int, int
         images, state = synthetic_batch(image_shapes, state_dim, b, seed=b)
         ids, counts = np.arange(b), np.zeros(b, dtype=np.int64)
         policy(images, state, ids, counts)  # warm-up: kernels for this shape
-        times = []
+        times, parts = [], []
         for _ in range(repeats):
             start = time.perf_counter()
             policy(images, state, ids, counts)
             times.append(time.perf_counter() - start)
-        points.append({"batch": b, "seconds": statistics.median(times), "spread": max(times) - min(times)})
+            parts.append(policy.last)
+        point = {"batch": b, "seconds": statistics.median(times), "spread": max(times) - min(times)}
+        for key in ("launch_s", "device_s"):
+            if all(key in p for p in parts):
+                point[key] = statistics.median(p[key] for p in parts)
+        points.append(point)
     return points
 
 
@@ -255,6 +274,17 @@ def policy_seconds_at(points: Sequence[dict[str, float]], batch: float) -> float
     return float(ys[i] + slope * (batch - xs[i]))
 
 
+def policy_counters(policy: ServerPolicy, before: dict[str, float] | None = None) -> dict[str, float]:
+    """The policy's accumulated seconds (glue, work, launch, device), or their growth since ``before``."""
+    now = {"glue": policy.glue_s, "work": policy.work_s, "launch": policy.launch_s, "device": policy.device_s}
+    return now if before is None else {key: now[key] - before[key] for key in now}
+
+
+def policy_value_at(points: Sequence[dict[str, float]], batch: float, key: str) -> float:
+    """``key`` of the calibration's points at ``batch``, linearly between them (as ``policy_seconds_at``)."""
+    return policy_seconds_at([{"batch": p["batch"], "seconds": p[key]} for p in points], batch)
+
+
 def local_fit(points: Sequence[dict[str, float]], num_envs: int) -> tuple[float, float]:
     """``(a, b)`` fitted over the calibration points in [N/4, N] (the batches a layout of N envs makes)."""
     from fastenv.tuning.server import fit_policy_cost
@@ -268,13 +298,13 @@ def _fastenv_fns(cfg: ServerConfig, n: int, env_cores: list[int], lengths: Seque
     from fastenv.envs.libero import make_env
 
     lengths = list(lengths) if lengths is not None else _lengths(cfg, n)
-    return [_Pinned(functools.partial(make_env, cfg.suite, cfg.task_id, chunk=cfg.chunk, modalities=SERVER_MODALITIES,
+    return [Pinned(functools.partial(make_env, cfg.suite, cfg.task_id, chunk=cfg.chunk, modalities=SERVER_MODALITIES,
                                       camera_size=cfg.camera_size, max_episode_steps=length, hard_reset=False, fast_substep=True),
                     env_cores) for length in lengths]
 
 
 def _default_fns(cfg: ServerConfig, n: int, env_cores: list[int]) -> list[Callable[[], Any]]:
-    return [_Pinned(functools.partial(stepwise_env, cfg.chunk, cfg.suite, cfg.task_id, modalities=None, camera_size=cfg.camera_size,
+    return [Pinned(functools.partial(stepwise_env, cfg.chunk, cfg.suite, cfg.task_id, modalities=None, camera_size=cfg.camera_size,
                                       max_episode_steps=length, hard_reset=True, fast_substep=False), env_cores)
             for length in _lengths(cfg, n)]
 
@@ -538,9 +568,11 @@ def _row(name: str, n: int, timed: dict[str, Any], loop: _Loop, costs: Any, poin
                    "seconds_per_call_in_loop": in_loop, "seconds_per_call_alone": alone,
                    "in_loop_over_alone": in_loop / alone if in_loop and alone else None,
                    # of a call: the host copies and starting the device copies (fastenv's), and the rest (the
-                   # policy's own work up to its result on the host)
-                   "glue_ms_per_call": 1000.0 * timed.get("policy_glue_s", 0.0) / max(len(batches), 1),
-                   "work_ms_per_call": 1000.0 * timed.get("policy_work_s", 0.0) / max(len(batches), 1)},
+                   # policy's own work up to its result on the host); of that, handing the device its work
+                   # (launch) and the device's own time from the work's first kernel to its last (CUDA events)
+                   **{f"{key}_ms_per_call": 1000.0 * value / max(len(batches), 1) for key, value in timed["policy_counters"].items()},
+                   "device_ms_per_call_alone": (statistics.mean(policy_value_at(points, b, "device_s") for b in batches)
+                                                 if batches and all("device_s" in p for p in points) else None)},
         "around_policy_ms_per_call": 1000.0 * (timed["seconds"] - loop.policy_s) / max(len(batches), 1),
         "episodes_ended": loop.trajectories.episodes_ended,
         **extra,
@@ -561,9 +593,9 @@ def run_default(cfg: ServerConfig, n: int, policy: ServerPolicy, env_cores: list
             obs = loop.step_all(obs)
         build_s = time.perf_counter() - built
         cpu0 = _cpu_seconds(pids)
-        glue0, work0 = policy.glue_s, policy.work_s
+        before = policy_counters(policy)
         timed = run_loop(loop, "step", None, cfg, obs)
-        timed["policy_glue_s"], timed["policy_work_s"] = policy.glue_s - glue0, policy.work_s - work0
+        timed["policy_counters"] = policy_counters(policy, before)
         env_cpu = (_cpu_seconds(pids) - cpu0) / timed["env_steps"]
         extra = {"layout": {"label": f"AsyncVectorEnv, {n} processes", "mode": "step"}, "build_and_warmup_s": build_s,
                  "env_cpu_s_per_step": env_cpu, "host_memory_mb": {"envs": _rss_mb(pids), "policy_process": _rss_mb([os.getpid()])},
@@ -590,9 +622,9 @@ def run_fastenv(cfg: ServerConfig, n: int, cand: Any, prediction: Any, policy: S
             obs = loop.step_all(obs)
         build_s = time.perf_counter() - built
         envs.reset_profile()
-        glue0, work0 = policy.glue_s, policy.work_s
+        before = policy_counters(policy)
         timed = run_loop(loop, cand.mode, cand, cfg, obs)
-        timed["policy_glue_s"], timed["policy_work_s"] = policy.glue_s - glue0, policy.work_s - work0
+        timed["policy_counters"] = policy_counters(policy, before)
         report = envs.profile_report()
         env_cpu = sum(report["cpu_seconds"].values()) / timed["env_steps"]
         served = [dict(p) for p in envs.call("fast_paths")]
@@ -645,7 +677,8 @@ def run(cfg: ServerConfig, progress: Callable[[str], None] | None = None) -> dic
     target = out / "fastenv_bench_server.json"
     payload: dict[str, Any] = {"benchmark": "fastenv bench --regime server", "config": {**dataclasses.asdict(cfg), "envs": list(envs_list)},
                                "date": time.strftime("%Y-%m-%d"), "machine": {**measured_on(), "cores_available": len(previous)},
-                               "policy_cores": policy_cores, "env_cores": env_cores, "rows": []}
+                               "policy_cores": policy_cores, "env_cores": env_cores,
+                               "policy_core_smt_siblings": thread_siblings(policy_cores[0]), "rows": []}
     gpu = GpuMemory()
 
     def write() -> None:
@@ -736,7 +769,7 @@ def run(cfg: ServerConfig, progress: Callable[[str], None] | None = None) -> dic
 
 def format_table(payload: dict[str, Any]) -> str:
     headers = ["N", "row", "layout", "env-steps/s", "x Default", "x bound", "x closed loop", "busy", "batch", "P loop/alone",
-               "around ms/call", "GPU MB", "host MB", "same data"]
+               "GPU loop/alone", "around ms/call", "GPU MB", "host MB", "same data"]
     cells = []
     for entry in payload["rows"]:
         for name in ("Default", "fastenv"):
@@ -744,12 +777,12 @@ def format_table(payload: dict[str, Any]) -> str:
             if r is None:
                 continue
             if "error" in r:
-                cells.append([str(entry["num_envs"]), name, "failed", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", r["error"][:60]])
+                cells.append([str(entry["num_envs"]), name, "failed", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", r["error"][:60]])
                 continue
             if "not_run" in r:
                 model = r["model_estimate_env_steps_per_s"]
                 cells.append([str(entry["num_envs"]), name, "not run", f"(model {model:.0f})" if model else "-", "-", "-", "-",
-                              "-", "-", "-", "-", "-", "-", r["not_run"]])
+                              "-", "-", "-", "-", "-", "-", "-", r["not_run"]])
                 continue
             p = r["policy"]
             gpu = r.get("gpu_memory_mb") or {}
@@ -758,10 +791,11 @@ def format_table(payload: dict[str, Any]) -> str:
             same_cell = "reference" if name == "Default" else ("-" if same is None else
                                                              f"yes ({same['chunks_compared']} chunks)" if same["equal"] else f"NO: {same['first_difference']}")
             ratio = p["in_loop_over_alone"]
+            device = p.get("device_ms_per_call") / p["device_ms_per_call_alone"] if p.get("device_ms_per_call_alone") else None
             cells.append([str(entry["num_envs"]), name, r["layout"]["label"], f"{r['env_steps_per_s']:.1f}",
                           f"{r['x_default']:.2f}" if "x_default" in r else ("1.00" if name == "Default" else "-"),
                           f"{r['x_bound']:.2f}", f"{r['x_closed_loop']:.2f}", f"{p['busy_share']:.0%}", f"{p['mean_batch']:.1f}",
-                          f"{ratio:.2f}" if ratio else "-", f"{r['around_policy_ms_per_call']:.1f}", gpu_cell,
+                          f"{ratio:.2f}" if ratio else "-", f"{device:.2f}" if device else "-", f"{r['around_policy_ms_per_call']:.1f}", gpu_cell,
                           f"{r['host_memory_mb']['envs'] + r['host_memory_mb']['policy_process']:.0f}", same_cell])
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
@@ -775,5 +809,6 @@ def format_table(payload: dict[str, Any]) -> str:
                      f"({bd['closed_loop_stages']} group(s), {bd['closed_loop_share_of_bound']:.0%} of the bound)")
     lines.append("(x bound: of min(N K / P(N), C / c); x closed loop: of the best a layout can do when each env waits for its own "
                  "actions; busy: the policy's share of the wall time; P loop/alone: its seconds per call in the loop over alone at the "
-                 "same batch (renders sharing the GPU, cores); around: wall time per call outside the policy's calls)")
+                 "same batch; GPU loop/alone: the same for the device's time from the call's first kernel to its last (CUDA events: "
+                 "other processes' GPU work, renders, stalls it); around: wall time per call outside the policy's calls)")
     return "\n".join(lines)

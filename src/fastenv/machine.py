@@ -73,6 +73,56 @@ def available_memory(root: Path = CGROUP_ROOT) -> int | None:
     return available
 
 
+CPU_ROOT = Path("/sys/devices/system/cpu")
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """CPUs of a sysfs list such as ``"0,8"`` or ``"0-1,4"``.
+
+    Examples:
+        >>> parse_cpu_list("0-2,8")
+        [0, 1, 2, 8]
+    """
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        out += list(range(int(low), int(high or low) + 1))
+    return out
+
+
+def thread_siblings(cpu: int, root: Path = CPU_ROOT) -> list[int]:
+    """The logical CPUs sharing ``cpu``'s physical core (SMT, hyper-threads), itself included; [cpu] if unknown."""
+    try:
+        siblings = parse_cpu_list((root / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text())
+    except (OSError, ValueError):
+        return [cpu]
+    return sorted(set(siblings) | {cpu})
+
+
+def split_cores(count: int, available: list[int] | None = None, root: Path = CPU_ROOT) -> tuple[list[int], list[int]]:
+    """(``count`` CPUs for one process, the rest) among ``available`` (default: this process's affinity).
+
+    Whole physical cores go to the first part: a CPU's SMT siblings join it, so no other process
+    shares its core's execution units, as long as the rest keeps at least one CPU. With no more
+    than ``count`` CPUs available, both parts are all of them.
+    """
+    available = sorted(os.sched_getaffinity(0)) if available is None else sorted(available)
+    if len(available) <= count:
+        return available, available
+    first: list[int] = []
+    for cpu in available:
+        if len(first) >= count:
+            break
+        if cpu not in first:
+            first += [s for s in thread_siblings(cpu, root) if s in available and s not in first]
+    rest = [c for c in available if c not in first]
+    if not rest:  # whole cores would leave nothing: the plain split
+        return available[:count], available[count:]
+    return sorted(first), rest
+
+
 def process_memory(pid: int) -> int | None:
     """Resident memory of process ``pid`` in bytes (Linux), None if unknown."""
     try:
