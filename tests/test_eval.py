@@ -409,6 +409,30 @@ def test_calls_of_one_batch_size_cannot_tell_a_from_b_and_the_choice_holds_under
     assert fit_policy_seconds([1, 2, 4], [0.3, 0.2, 0.25])["b"] == 0.0
 
 
+def test_the_choice_is_made_again_from_the_calls_after_the_warm_up():
+    # On a GPU server the first calls run at small batches while the workers build their envs and the
+    # device warms up (measured on an H200: a fit of 184 ms + 40 ms x batch from them, where the
+    # policy alone costs about 65 ms + 5 ms x batch): the choice is made again from the later calls.
+    from fastenv.eval.serving import RETUNE_AFTER_CALLS, TUNE_AFTER_CALLS, Lane
+
+    lane = Lane(0, ProjectionPolicy(), [0, 1, 2, 3], 16, max_batch=16, batch_timeout=0.01, tune=True)
+    lane.chunk_seconds = [0.05] * TUNE_AFTER_CALLS
+    for i in range(TUNE_AFTER_CALLS):  # warm-up: slow, small batches
+        b = 1 + i % 4
+        lane.record(b, 0.18 + 0.04 * b, cpus=4)
+    first = dict(lane.tuned)
+    assert first["from_call"] == 0 and first["fit"]["b"] == pytest.approx(0.04)
+    for i in range(RETUNE_AFTER_CALLS - TUNE_AFTER_CALLS):
+        b = 4 + i % 13
+        lane.record(b, 0.065 + 0.005 * b, cpus=4)
+    again = lane.tuned
+    assert again["from_call"] == TUNE_AFTER_CALLS and again["after_calls"] == RETUNE_AFTER_CALLS
+    assert again["fit"]["a"] == pytest.approx(0.065) and again["fit"]["b"] == pytest.approx(0.005)
+    assert again["first_choice"]["fit"]["b"] == pytest.approx(0.04) and (lane.max_batch, lane.batch_timeout) == (again["max_batch"], again["batch_timeout"])
+    lane.record(8, 1.0, cpus=4)  # chosen twice at most
+    assert lane.tuned is again
+
+
 def test_the_choice_and_the_fit_are_recorded_and_printed():
     from fastenv.eval.command import report
     from fastenv.eval.serving import TUNE_AFTER_CALLS, Lane

@@ -25,9 +25,12 @@ import numpy as np
 
 from fastenv.eval.policies import BatchPolicy, Request
 
-__all__ = ["TUNE_AFTER_CALLS", "Lane", "choose_batching", "describe_choice", "fit_policy_seconds", "lane_workers"]
+__all__ = ["RETUNE_AFTER_CALLS", "TUNE_AFTER_CALLS", "Lane", "choose_batching", "describe_choice", "fit_policy_seconds", "lane_workers"]
 
 TUNE_AFTER_CALLS = 16  # policy calls (and chunks stepped) measured before B_max and T_max are chosen
+# ... and chosen once more after this many, from the calls after the first TUNE_AFTER_CALLS: the first
+# calls run while the workers still build their envs and the device warms up, at small batches.
+RETUNE_AFTER_CALLS = 64
 BATCH_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # B_max candidates, as shares of the lane's env slots
 TIMEOUTS = (0.002, 0.01, 0.05)  # T_max candidates, seconds
 
@@ -120,7 +123,8 @@ def describe_choice(tuned: dict[str, Any]) -> str:
         cost = f"a call {1000 * fit['a']:.1f} ms + {1000 * fit['b']:.2f} ms x batch"
     else:
         cost = f"a call {1000 * fit['seconds']:.1f} ms, all at batch {fit['batch_sizes'][0]} (fixed or per observation: the worse taken)"
-    return (f"B_max {tuned['max_batch']}, T_max {1000 * tuned['batch_timeout']:g} ms, chosen after {tuned['after_calls']} calls "
+    since = f" (calls {tuned['from_call'] + 1} on)" if tuned.get("from_call") else ""
+    return (f"B_max {tuned['max_batch']}, T_max {1000 * tuned['batch_timeout']:g} ms, chosen after {tuned['after_calls']} calls{since} "
             f"from {cost} and {1000 * tuned['chunk_seconds']:.1f} ms an env chunk (bound: {tuned['bound']})")
 
 
@@ -225,16 +229,22 @@ class Lane:
         self.batch_sizes.append(size)
         if measured:
             self.fit_points.append((size, seconds))
-        if self.tuning and self.tuned is None and len(self.fit_points) >= TUNE_AFTER_CALLS and len(self.chunk_seconds) >= TUNE_AFTER_CALLS:
+        if not self.tuning or len(self.chunk_seconds) < TUNE_AFTER_CALLS:
+            return
+        if self.tuned is None and len(self.fit_points) >= TUNE_AFTER_CALLS:
             self.tune(cpus)
+        elif self.tuned is not None and self.tuned["from_call"] == 0 and len(self.fit_points) >= RETUNE_AFTER_CALLS:
+            self.tune(cpus, skip=TUNE_AFTER_CALLS)
 
-    def tune(self, cpus: float) -> None:
-        sizes, seconds = zip(*self.fit_points)
-        choice = choose_batching(sizes, seconds, self.chunk_seconds, workers=max(1, len(self.workers)), slots=max(1, self.slots),
-                                 cpus=cpus)
+    def tune(self, cpus: float, skip: int = 0) -> None:
+        """B_max and T_max from the measured calls after the first ``skip`` (and the later half of the chunks when skipping)."""
+        sizes, seconds = zip(*self.fit_points[skip:])
+        chunks = self.chunk_seconds[len(self.chunk_seconds) // 2:] if skip else self.chunk_seconds
+        choice = choose_batching(sizes, seconds, chunks, workers=max(1, len(self.workers)), slots=max(1, self.slots), cpus=cpus)
         self.max_batch, self.batch_timeout = choice["max_batch"], choice["batch_timeout"]
         fit = choice["fit"]
-        self.tuned = {**choice, "after_calls": self.calls,
+        first = None if self.tuned is None else {k: self.tuned[k] for k in ("max_batch", "batch_timeout", "fit", "after_calls")}
+        self.tuned = {**choice, "after_calls": self.calls, "from_call": skip, "first_choice": first,
                       "policy_seconds": [fit["a"], fit["b"]] if fit["how"] == "least squares" else None}
 
     def figures(self, run_seconds: float) -> dict[str, Any]:
