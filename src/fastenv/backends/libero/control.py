@@ -76,6 +76,7 @@ class ControlLoop:
         self._checked: bool | None = None
         self._split_checked: bool | None = None  # MuJoCo's split step is its whole step here (checked at the first use)
         self._constant_args: Any = None  # (controller, the arguments that stay with it)
+        self._workspaces: tuple[int, Any] | None = None  # (joints, the linear algebra's buffers)
         self._policy: PolicyStep | None = None
         self._integration = np.int32(int(mujoco.mjtState.mjSTATE_INTEGRATION))  # what mj_step reads (LazyForceTorques)
         self._state_size = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_INTEGRATION)
@@ -314,6 +315,7 @@ class ControlLoop:
             return False
         if self._checked is not True:
             try:
+                kernel.choose_level(len(controller.qvel_index))  # once per process: how the controller's linear algebra runs
                 self._checked, why = self._check(controller, kernel), "torques differ from robosuite's (or the state it keeps)"
             except Exception as error:  # numba could not compile it here
                 self._checked, why = False, f"could not run ({type(error).__name__}: {error})"
@@ -340,10 +342,17 @@ class ControlLoop:
                  _NO_STATE if self._fullm_with_data else data.qM),  # d.qM: mj_fullM(m, dst, M) (no longer in mjData from 3.10)
                 (np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
                  np.asarray(controller.initial_joint, dtype=np.float64),
-                 np.empty(18 + 9 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv))),  # state (see compiled.control), buffers
+                 np.empty(18 + 9 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)),  # state (see compiled.control), buffers
+                 *self._workspace(k)),
             )
         goal = (np.array(controller.goal_pos, dtype=np.float64), np.array(controller.goal_ori, dtype=np.float64))  # set at each policy step
         return cached[1] + goal + cached[2]
+
+    def _workspace(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        # the controller's linear algebra's buffers (compiled.Kernel.workspace), made once per env
+        if self._workspaces is None or self._workspaces[0] != k:
+            self._workspaces = (k, compiled_kernel().workspace(k))
+        return self._workspaces[1]
 
     def _check(self, controller: Any, kernel: Any) -> bool:
         """Evaluate the controller compiled and as robosuite does at the live state (after the policy

@@ -23,6 +23,14 @@ with one warning line saying why. Every way the fast paths depend on the machine
   each step into one FMA; a numpy without that loop calls BLAS ``ddot``. ``convolve_form()`` finds
   which of the three this numpy computes, value for value on random columns, and the compiled
   loop computes that one; none of them and it steps aside.
+- **scipy's LAPACK, as numba calls it.** robosuite's ``opspace_matrices`` is a numba function:
+  its inverse, products and pseudo-inverses are numba's calls into scipy's LAPACK and BLAS
+  (another OpenBLAS than numpy's, with its own kernels). The compiled loop calls the same
+  functions with the same arguments, allocating and querying workspaces once instead of at every
+  call, and for ``dgesdd`` of the small square matrices the steps ``dgesdd`` itself takes there
+  (a LAPACK whose ``dgesdd`` takes another path gives other bits). Which of these equals
+  robosuite's function here is found on random matrices, bit for bit, once per process
+  (``compiled.Kernel.choose_level``); none of them and robosuite's own function runs.
 - **What numba compiles for.** numba compiles for this CPU's name and features (AVX-512 where
   there is AVX-512). Its arithmetic is IEEE's, one rounding per operation, with no fused or
   reordered operations (no ``fastmath``), so the instructions it picks do not change a bit. Its
