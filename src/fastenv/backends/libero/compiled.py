@@ -4,12 +4,14 @@ compiled with numba, bit for bit.
 ``ControlLoop`` runs robosuite's arithmetic with less Python around it; what is left is still
 Python: per physics step about thirty numpy calls, three calls into robosuite's numba-compiled
 controller functions and several into MuJoCo, and at the policy step about a hundred numpy calls
-for the robot's buffers. Here an env step runs in two compiled functions (``begin_step``, then
-``env_step`` after robosuite's own ``set_goal``), calling exactly what the Python loop calls:
+for the robot's buffers. Here an env step runs in one compiled function (``step``), robosuite's
+``set_goal`` in it, or where that one does not serve in two (``begin_step``, then ``env_step``
+after robosuite's own ``set_goal``), calling exactly what the Python loop calls:
 
 - MuJoCo's own C functions (``mj_step1``, ``mj_jacSite``, ``mj_fullM``, ``mj_step2``,
   ``mj_getState``) on the env's ``mjModel`` and ``mjData``, from the library the ``mujoco``
-  package loaded, ``mj_fullM`` in the form the loaded bindings take (``mujoco_facts``);
+  package loaded, ``mj_fullM`` in the form the loaded bindings take (``mujoco_facts``), or its
+  copies of ``d.M`` alone where it only copies (``mujoco_facts.fullm_sources``);
 - robosuite's own numba-compiled ``opspace_matrices``, ``nullspace_torques``,
   ``orientation_error`` and ``mat2quat`` (robosuite compiles them with numba by default; where it
   does not, this path is not used);
@@ -18,6 +20,10 @@ for the robot's buffers. Here an env step runs in two compiled functions (``begi
   column-major by the operand's layout, as numpy decides), so whichever kernel numpy's BLAS runs
   on this CPU runs here too; the sum of ``np.convolve`` in the robot's acceleration estimate as
   numpy computes it (its own loop, not BLAS; ``machine_facts``, which finds and checks both);
+- robosuite's ``set_goal`` (deltas, a fixed impedance, no limits: LIBERO's controller) with
+  numpy's BLAS ``ddot`` and ``dgemm`` as numpy calls them, and the C library's ``cos`` and ``sin``,
+  which numpy's float64 loops equal (``machine_facts.goal_arithmetic``); compared once per env
+  with robosuite's own, which runs between two compiled calls where it differs;
 - elementwise arithmetic, one IEEE operation per numpy operation (numba fuses none).
 
 The controller's LAPACK calls (an inverse and three pseudo-inverses by SVD per physics step,
@@ -102,7 +108,7 @@ def compiling_notice() -> Iterator[None]:
 
 # How the compiled functions get built where numba's cache does not hold them (FASTENV_COMPILE).
 COMPILE_MODES = ("background", "inline")
-KERNELS = ("control", "update", "physics_steps", "policy_step", "begin_step", "env_step", "opspace")
+KERNELS = ("control", "update", "physics_steps", "policy_step", "begin_step", "env_step", "opspace", "goal", "step")
 POLL_S = 0.25  # how often a process whose envs wait for the background compile looks again
 LOCK_NAME = "fastenv-compile.lock"  # in numba's cache folder: held by the compiling child
 _ready = False  # the compiled functions may be called (loaded from the cache, or compiled inline)
@@ -319,9 +325,21 @@ class Kernel:
     def env_step(self, *args: Any) -> None:
         self._call("env_step", *args)
 
-    def workspace(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Fresh buffers of the controller's linear algebra for ``k`` joints (``work``, ``iwork``:
-        see ``_kernels``), with the workspace sizes LAPACK asks for here."""
+    def goal(self, *args: Any) -> bool:
+        return self._call("goal", *args)
+
+    def step(self, *args: Any) -> int:
+        return self._call("step", *args)
+
+    @property
+    def compiles_goal(self) -> bool:
+        """Whether robosuite's ``set_goal`` can run compiled here (``machine_facts.goal_arithmetic``)."""
+        return bool(self._functions[1][4])
+
+    def workspace(self, k: int, mass_sources: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Fresh buffers of the compiled controller for ``k`` joints (``work``, ``iwork``: see
+        ``_kernels``), with the workspace sizes LAPACK asks for here and, where given, where the
+        mass matrix's values are in ``d.M`` (``mujoco_facts.fullm_sources``)."""
         kernels = self._kernels
         queried = all(self._lapack[:kernels.LA_NEEDS[1]])  # (else level 0 runs: numba's own calls)
         if self._workspace is None:
@@ -330,9 +348,12 @@ class Kernel:
         getri = _query_getri(self._lapack, kernels, k) if queried else 1
         work = _aligned(kernels.work_size(k, max(getri, gesdd6, gesdd3)))
         work[kernels.ONE], work[kernels.ZERO], work[kernels.SMLNUM], work[kernels.BIGNUM] = 1.0, 0.0, smlnum, bignum
-        iwork = np.zeros(kernels.IWORK_SIZE, dtype=np.int32)
+        iwork = np.zeros(kernels.iwork_size(k), dtype=np.int32)
         iwork[kernels.LW_GETRI] = getri
         iwork[kernels.LW_GESDD + 6], iwork[kernels.LW_GESDD + 3] = gesdd6, gesdd3
+        if mass_sources is not None:
+            iwork[kernels.MASS_FROM] = 1
+            iwork[kernels.MASS_AT:kernels.MASS_AT + k * k] = mass_sources
         return work, iwork
 
     def opspace(self, level: int, work: np.ndarray, iwork: np.ndarray, *matrices: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -498,7 +519,8 @@ def _build() -> Kernel | str:
     names = ("mj_step1", "mj_step2", "mj_jacSite", "mj_fullM", "mj_getState")
     # the last: which form of mj_fullM the library takes (1: (m, d, dst), 0: (m, dst, M); mujoco_facts)
     mj = (*(address(getattr(libmujoco, n)) for n in names), np.uintp(found.fullm == FULLM_WITH_DATA))
-    # numpy's dgemv and ddot, how its np.convolve sums, whether the BLAS takes 64-bit integers (_kernels)
+    # numpy's dgemv and ddot, how its np.convolve sums, whether the BLAS takes 64-bit integers, numpy's
+    # dgemm where robosuite's set_goal can run compiled (else 0) (_kernels)
     numpy_blas = (np.uintp(found_blas.gemv), np.uintp(found_blas.ddot), np.uintp(machine_facts.CONVOLVE_FORMS.index(form)),
-                  np.uintp(found_blas.int64))
+                  np.uintp(found_blas.int64), np.uintp(machine_facts.goal_arithmetic().gemm))
     return Kernel(_kernels, mj, numpy_blas, _lapack_functions(_kernels))

@@ -6,10 +6,11 @@ clips the torques, commands the gripper, writes the actuators, and pushes eight 
 robot's buffers of recent values (joint positions, action, torques, end-effector force and torque,
 pose, velocity and an acceleration estimate: a moving average of velocity differences). In Python
 that is about a hundred numpy calls of a few microseconds each. Here everything after ``set_goal``
-(robosuite's own, which stays Python) runs in one numba function (``_kernels.policy_step``) that
-calls what robosuite calls: the compiled controller and robosuite's numba ``mat2quat``, and sums
-the acceleration estimate's ``np.convolve`` as numpy does (``machine_facts.convolve_form``), and
-can finish the physics step in the same call. Python then sets the attributes robosuite sets.
+(robosuite's own, or compiled with the rest of the env step: ``control.ControlLoop._goal``) runs
+in one numba function (``_kernels.policy_step``) that calls what robosuite calls: the compiled
+controller and robosuite's numba ``mat2quat``, and sums the acceleration estimate's
+``np.convolve`` as numpy does (``machine_facts.convolve_form``), and can finish the physics step
+in the same call. Python then sets the attributes robosuite sets.
 
 Once per env, at its first policy step, the compiled step and robosuite's ``robot.control`` run
 from the same state and everything either leaves (actuators, torques, gripper, goal, every buffer)
