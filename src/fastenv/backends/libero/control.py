@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,7 @@ class ControlLoop:
         self._no_sensors = int(mujoco.mjtDisableBit.mjDSBL_SENSOR)
         self._sensors_without_plugins = self.model.nsensor > 0 and self.model.nplugin == 0  # fixed with the model
         self._gripper_steps: dict[tuple[Any, ...], np.ndarray] = {}  # (speed, sign of the action) -> the gripper's step
+        self._site_ids: dict[str, int] = {}  # site name -> id (fixed with the model)
 
     @classmethod
     def build(cls, raw: Any, compiled: bool = True) -> ControlLoop | None:
@@ -224,7 +226,10 @@ class ControlLoop:
         mujoco, model, data, sim, robot = self.mujoco, self.model, self.data, self.sim, self.robot
         assert len(action) == raw.action_dim, f"environment got invalid action dimension -- expected {raw.action_dim}, got {len(action)}"
         controller = robot.controller  # rebuilt at every reset
-        self.site_id = sim.model.site_name2id(controller.eef_name)
+        site_id = self._site_ids.get(controller.eef_name)
+        if site_id is None:
+            site_id = self._site_ids[controller.eef_name] = sim.model.site_name2id(controller.eef_name)
+        self.site_id = site_id
         self.qpos_index, self.qvel_index = controller.qpos_index, controller.qvel_index
         gripper, gripper_action = robot.gripper, action[controller.control_dim :]
         ctrl = data.ctrl
@@ -273,6 +278,11 @@ class ControlLoop:
     def _gripper_step(self, speed: Any, gripper_action: np.ndarray) -> np.ndarray:
         """``np.array([-1.0, 1.0]) * speed * np.sign(gripper_action)``, made once per speed and sign
         (the loops only read it)."""
+        if len(gripper_action) == 1:  # (a one-dof gripper, robosuite's Panda: its sign without numpy)
+            x = gripper_action[0]
+            step = self._gripper_steps.get((speed, 1.0 if x > 0 else -1.0 if x < 0 else 0.0 if x == 0 else None))
+            if step is not None:
+                return step
         sign = np.sign(gripper_action)
         key = (speed, *sign.tolist())
         step = self._gripper_steps.get(key)
@@ -353,7 +363,7 @@ class ControlLoop:
                  data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias, inertia),
                 (np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
                  np.asarray(controller.initial_joint, dtype=np.float64),
-                 np.empty(18 + 9 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)),  # state (see compiled.control), buffers
+                 np.empty(18 + 15 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)),  # state (_kernels.control), buffers
                  work, iwork),
             )
         goal = (np.array(controller.goal_pos, dtype=np.float64), np.array(controller.goal_ori, dtype=np.float64))  # set at each policy step
@@ -393,20 +403,9 @@ class ControlLoop:
         """The controller's attributes, as ``update`` and ``run_controller`` leave them (``update``
         alone: ``torques`` False), from the compiled function's flat ``state``: views of one copy
         of it, each in the layout robosuite's own arrays have."""
-        k = len(controller.qvel_index)
         s = state.copy()
-        o = 18 + 2 * k
-        out = {
-            "ee_pos": s[0:3], "ee_ori_mat": s[3:12].reshape(3, 3), "ee_pos_vel": s[12:15], "ee_ori_vel": s[15:18],
-            "joint_pos": s[18:18 + k], "joint_vel": s[18 + k:o],
-            # numpy's fancy indexing leaves these in Fortran order: stored column by column
-            "J_pos": s[o:o + 3 * k].reshape(k, 3).T, "J_ori": s[o + 3 * k:o + 6 * k].reshape(k, 3).T,
-            "mass_matrix": s[o + 6 * k:o + 6 * k + k * k].reshape(k, k).T,
-        }
-        out["J_full"] = np.concatenate((out["J_pos"], out["J_ori"]))  # np.vstack's result (C order), without its Python
-        if torques:
-            out["torques"] = s[s.shape[0] - k:]
-        return out
+        views = _state_views(len(controller.qvel_index))
+        return {name: np.ndarray(shape, np.float64, s, offset, strides) for name, shape, offset, strides in (views if torques else views[:-1])}
 
     def _compiled_step(self, controller: Any, action: np.ndarray, gripper_step: np.ndarray, n_physics: int, sample_at: int,
                        point: Any) -> bool:
@@ -457,15 +456,17 @@ class ControlLoop:
         forces_at = np.empty(self._state_size)  # the state the force and torque buffer computes its values from
         capture = 2 <= sample_at <= n_physics
         goal_pos, goal_ori = np.empty(3), np.empty((3, 3))
-        option, flags = self._option, self._option.disableflags
+        flags = self._flags() if split else _NO_FLAGS
+        kept = flags.copy()
         try:
             done = compiled_kernel().step(
                 *args, *rest, *policy.arguments(), n_physics - 1, sample_at - 2 if capture else -1, point.state if capture else _NO_STATE,
                 np.int32(int(point.spec) if capture else 0), given, forces_at, self._integration, action, scale, goal_pos, goal_ori,
-                self._flags() if split else _NO_FLAGS, np.int32(self._no_sensors), n_physics - 2 if split else -1,
+                flags, np.int32(self._no_sensors), n_physics - 2 if split else -1,
             )
-        finally:
-            option.disableflags = flags  # (as it was: the call sets them back itself unless it raised)
+        except BaseException:
+            flags[:] = kept  # the model's flags as they were (the call sets them back itself unless it raises)
+            raise
         if not done:
             return None
         controller.goal_pos = goal_pos  # what set_goal sets
@@ -677,6 +678,19 @@ class ControlLoop:
 
 _STATE = 17  # where ``_control_args`` puts the state buffer
 _NO_FLAGS = np.zeros(0, dtype=np.int32)
+
+
+@lru_cache(maxsize=None)
+def _state_views(k: int) -> tuple[tuple[str, tuple[int, ...], int, tuple[int, ...]], ...]:
+    """Each controller attribute in the compiled functions' ``state`` (``_kernels.control``): its
+    name, shape, byte offset and strides (numpy's fancy indexing leaves J_pos, J_ori and the mass
+    matrix in Fortran order, and np.vstack of the first two J_full); torques last."""
+    o = 18 + 2 * k
+    shapes = (("ee_pos", (3,), 0, (8,)), ("ee_ori_mat", (3, 3), 3, (24, 8)), ("ee_pos_vel", (3,), 12, (8,)), ("ee_ori_vel", (3,), 15, (8,)),
+              ("joint_pos", (k,), 18, (8,)), ("joint_vel", (k,), 18 + k, (8,)), ("J_pos", (3, k), o, (8, 24)),
+              ("J_ori", (3, k), o + 3 * k, (8, 24)), ("mass_matrix", (k, k), o + 6 * k, (8, 8 * k)),
+              ("J_full", (6, k), o + 6 * k + k * k, (8, 48)), ("torques", (k,), o + 12 * k + k * k, (8,)))
+    return tuple((name, shape, 8 * at, strides) for name, shape, at, strides in shapes)
 _SCALE = ("input_min", "input_max", "action_input_transform", "action_scale", "action_output_transform")  # what scale_action reads
 
 
