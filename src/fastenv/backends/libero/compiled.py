@@ -298,12 +298,13 @@ class Kernel:
     def _la(self, level: int) -> tuple[np.uintp, ...]:
         return (np.uintp(level), *(np.uintp(address) for address in self._lapack))
 
-    def _call(self, name: str, *args: Any) -> Any:
+    def _call(self, name: str, *args: Any, functions: tuple[Any, ...] | None = None) -> Any:
         function = getattr(self._kernels, name)
+        functions = self._functions if functions is None else functions
         if name in self._called:
-            return function(*self._functions, *args)
+            return function(*functions, *args)
         with compiling_notice():
-            out = function(*self._functions, *args)
+            out = function(*functions, *args)
         self._called.add(name)
         return out
 
@@ -358,8 +359,7 @@ class Kernel:
 
     def opspace(self, level: int, work: np.ndarray, iwork: np.ndarray, *matrices: np.ndarray) -> tuple[np.ndarray, ...]:
         """robosuite's ``opspace_matrices(*matrices)`` as the compiled loop computes it at ``level``."""
-        with compiling_notice():
-            return self._kernels.opspace(self._la(level), work, iwork, *matrices)
+        return self._call("opspace", work, iwork, *matrices, functions=(self._la(level),))
 
     def choose_level(self, k: int, trials: int = 48) -> int:
         """The controller's linear algebra here (once per process): the highest level of

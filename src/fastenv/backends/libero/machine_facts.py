@@ -350,5 +350,6 @@ def describe() -> dict[str, Any]:
             "why": found.why or None, "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         },
         "convolve_form": convolve_form(),
+        "set_goal": {"reproduced": goal_arithmetic().usable, "why": goal_arithmetic().why or None},
         "numba": {k: v for k, v in numba_target().items() if k != "magic"},
     }
