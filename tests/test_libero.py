@@ -806,7 +806,7 @@ def test_physics_steps_before_the_last_skip_the_sensor_stages_and_the_last_leave
         # first physics step until the last, and the model's flags when it returns
         flags, sensors_off, flags_at = a[-3:]
         out = step(*a)
-        whole.append((a[-14], flags_at, sensors_off, flags.size and int(flags.__array_interface__["data"][0]), model.opt.disableflags))
+        whole.append((a[-13], flags_at, sensors_off, flags.size and int(flags.__array_interface__["data"][0]), model.opt.disableflags))
         return out
 
     monkeypatch.setattr(kernel, "env_step", lambda *a: (during.append(model.opt.disableflags), env_step(*a))[1])

@@ -40,8 +40,11 @@ def _same(a, b):
 def test_each_level_is_robosuites_opspace_matrices_bit_for_bit(kernel, level, j_full_order):
     # The same LAPACK and BLAS calls on buffers made once (1), and dgesdd's own steps called
     # directly (2), give robosuite's results in every bit, on well-conditioned, rank-deficient
-    # and badly scaled matrices (where dgesdd would scale one, level 2 runs dgesdd itself).
+    # and badly scaled matrices (where dgesdd would scale one, level 2 runs dgesdd itself). In the
+    # layouts robosuite's update leaves (Fortran order); in another, robosuite's own function runs.
     from robosuite.utils.control_utils import opspace_matrices
+
+    from fastenv.backends.libero import _kernels
 
     rng = np.random.default_rng(level)
     work, iwork = kernel.workspace(7)
@@ -49,9 +52,11 @@ def test_each_level_is_robosuites_opspace_matrices_bit_for_bit(kernel, level, j_
         scale = (1e-160, 1e160, 1.0)[case % 3] if case >= 50 else 1.0  # beyond dgesdd's SMLNUM and BIGNUM
         matrices = _matrices(rng, 7, scale, j_full_order, rank_deficient=case % 5 == 4)
         expected = opspace_matrices(*matrices)
+        work[_kernels.HEADER:] = np.nan
         got = kernel.opspace(level, work, iwork, *matrices)
         assert _same(got, expected), f"level {level}, case {case}"
         assert got[0].flags.f_contiguous and got[3].flags.c_contiguous  # the layouts robosuite's function returns
+        assert np.isnan(work[_kernels.HEADER]) == (j_full_order == "C"), case  # the buffers used: this level's own calls
 
 
 def test_other_joint_counts_and_non_finite_matrices_behave_as_robosuites(kernel):

@@ -167,14 +167,15 @@ def _c_layout_overload(a):
     return lambda a: layout_is_c
 
 
-def _contiguous(a, b, c, d):  # replaced by its overload in compiled code
+def _fortran(a, b, c, d):  # replaced by its overload in compiled code
     raise NotImplementedError
 
 
-@overload(_contiguous)
-def _contiguous_overload(a, b, c, d):
-    # the four array types are C or F (numba copies an "A" array before a product: robosuite's own function runs then)
-    value = all(x.layout in "CF" for x in (a, b, c, d))
+@overload(_fortran)
+def _fortran_overload(a, b, c, d):
+    # the four array types are in Fortran order, as robosuite's update leaves the mass matrix and the
+    # Jacobians (the layouts compiled.Kernel.choose_level compares the levels on; others: robosuite's own function)
+    value = all(x.layout == "F" for x in (a, b, c, d))
     return lambda a, b, c, d: value
 
 
@@ -326,7 +327,7 @@ def _opspace(la, work, iwork, mass, J_full, J_pos, J_ori):
     ``LA_LEVELS``): lambda_full, lambda_pos, lambda_ori (Fortran order) and the nullspace matrix (C),
     in ``work`` from level 1 on."""
     k = mass.shape[0]
-    if la[0] == 0 or not 2 <= k <= MAX_DOFS or not _contiguous(mass, J_full, J_pos, J_ori):
+    if la[0] == 0 or not 2 <= k <= MAX_DOFS or not _fortran(mass, J_full, J_pos, J_ori):
         return opspace_matrices(mass, J_full, J_pos, J_ori)
     at = HEADER
     flat, at = _take(work, at, k * k)
@@ -766,14 +767,13 @@ def step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, sit
          kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
          ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
          joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
-         count, capture_at, captured, capture_spec, given, recorded, spec, action, scale, new_goal_pos, new_goal_ori,
-         flags, sensors_off, flags_at):
+         count, capture_at, captured, capture_spec, recorded, spec, action, scale, new_goal_pos, new_goal_ori, flags, sensors_off, flags_at):
     """A whole env step in one call, robosuite's ``set_goal`` compiled too: ``begin_step`` (False
-    there: 0, nothing done), the controller's ``update`` (or its attributes ``given``), ``_set_goal``
-    into ``new_goal_pos`` and ``new_goal_ori``, then ``env_step``'s policy step and ``count`` physics
-    steps with that goal. With ``flags`` (the model's disableflags) ``sensors_off`` is set in it from
-    the first ``mj_step1`` until the physics step ``flags_at`` (0-based, of the ``count``). 2 where
-    the goal's orientation is new (in ``new_goal_ori``), else 1."""
+    there: 0, nothing done), the controller's ``update``, ``_set_goal`` into ``new_goal_pos`` and
+    ``new_goal_ori``, then ``env_step``'s policy step and ``count`` physics steps with that goal.
+    With ``flags`` (the model's disableflags) ``sensors_off`` is set in it from the first
+    ``mj_step1`` until the physics step ``flags_at`` (0-based, of the ``count``). 2 where the goal's
+    orientation is new (in ``new_goal_ori``), else 1."""
     for v in qpos:
         if not abs(v) <= MAX_VALUE:
             return 0
@@ -786,22 +786,14 @@ def step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, sit
         kept = flags[0]
         flags[0] = kept | sensors_off
     c_call(mj[0], (model, data))  # mj_step1
-    if given is None:
-        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
-                     jacp, jacr, full_mass)
-        rotates = _set_goal(blas, action, read[0], read[1], scale, new_goal_pos, new_goal_ori)
-        orientation = new_goal_ori if rotates else goal_ori
-        _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, new_goal_pos, orientation, kp, kd, uncoupling, initial_joint,
-                state, work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight,
-                arm_actuators, joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
-                True)
-    else:
-        rotates = _set_goal(blas, action, given[0], given[1], scale, new_goal_pos, new_goal_ori)
-        orientation = new_goal_ori if rotates else goal_ori
-        _policy(mj, blas, la, given, model, data, qpos, qvel_index, qfrc_bias, new_goal_pos, orientation, kp, kd, uncoupling, initial_joint,
-                state, work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight,
-                arm_actuators, joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
-                True)
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                 jacp, jacr, full_mass)
+    rotates = _set_goal(blas, action, read[0], read[1], scale, new_goal_pos, new_goal_ori)
+    orientation = new_goal_ori if rotates else goal_ori
+    _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, new_goal_pos, orientation, kp, kd, uncoupling, initial_joint,
+            state, work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight,
+            arm_actuators, joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
+            True)
     _steps(mj, blas, la, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
            new_goal_pos, orientation, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
            ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,

@@ -35,7 +35,7 @@ call, and for ``dgesdd`` of these small square matrices the steps ``dgesdd`` its
 own function on random matrices, bit for bit, and keeps the fastest that equals it.
 
 The compiled functions (``_kernels.py``) take the C functions' addresses as arguments, so numba
-caches them on disk: they are compiled once per machine (20-40 s), later processes load them.
+caches them on disk: they are compiled once per machine (30-60 s), later processes load them.
 Where numba's cache does not hold them yet, a child process compiles them into it
 (``python -m fastenv.backends.libero._warm``; ``fastenv compile`` does the same in the
 foreground), and the Python loop, the same arithmetic bit for bit, serves until it is done, so a
@@ -92,7 +92,7 @@ def compiling_notice() -> Iterator[None]:
         if not _noticed:
             _noticed = True
             print(
-                "fastenv: compiling LIBERO's control loop with numba (once per machine, typically 20-40 s; "
+                "fastenv: compiling LIBERO's control loop with numba (once per machine, typically 30-60 s; "
                 "later processes load it from numba's cache)...",
                 file=sys.stderr, flush=True,
             )
@@ -279,7 +279,7 @@ def _start_background(kernels: Any) -> str | None:
         os.close(fd)
     print(
         "fastenv: compiling LIBERO's control loop with numba in a background process (once per machine, typically "
-        "20-40 s); until it is done the Python control loop, the same arithmetic bit for bit, steps the envs",
+        "30-60 s); until it is done the Python control loop, the same arithmetic bit for bit, steps the envs",
         file=sys.stderr, flush=True,
     )
     return lock_path
@@ -364,8 +364,9 @@ class Kernel:
     def choose_level(self, k: int, trials: int = 48) -> int:
         """The controller's linear algebra here (once per process): the highest level of
         ``_kernels.LA_LEVELS`` whose results equal robosuite's ``opspace_matrices`` bit for bit on
-        random matrices of ``k`` joints, in the layouts the compiled loop passes (a mass matrix
-        and Jacobians in Fortran order, the full Jacobian in either order)."""
+        random matrices of ``k`` joints, in the layouts robosuite's update leaves and the compiled
+        loop passes (the mass matrix and the Jacobians in Fortran order; in another, robosuite's
+        own function runs)."""
         if self.level is None:
             self.level = self._choose_level(k, trials)
             self._functions = (*self._functions[:2], self._la(self.level))
@@ -383,8 +384,7 @@ class Kernel:
             jacobian = rng.standard_normal((6, k)) * 10.0 ** rng.uniform(-1.5, 0.5, (6, k))
             if case % 4 == 3:
                 jacobian[3:] = 0.0  # rank-deficient: pseudo-inverses that cut singular values
-            j_full = np.asfortranarray(jacobian) if case % 2 else np.ascontiguousarray(jacobian)
-            cases.append((mass, j_full, np.asfortranarray(jacobian[:3]), np.asfortranarray(jacobian[3:])))
+            cases.append((mass, np.asfortranarray(jacobian), np.asfortranarray(jacobian[:3]), np.asfortranarray(jacobian[3:])))
         work, iwork = self.workspace(k)
         try:
             expected = [self.opspace(0, work, iwork, *case) for case in cases]

@@ -427,9 +427,12 @@ class ControlLoop:
         if given is False:
             return False
         split = n_physics > 1 and self._sensors_skippable()  # the last physics step with sensors, the others without
-        goal = self._goal(controller, action, given) if self._goal_checked and (not split or self._flags() is not None) else None
+        # one call where set_goal runs compiled; (the first step of a controller, robosuite's own reset
+        # attributes given, runs robosuite's set_goal: its scale_action sets what the compiled one reads)
+        one_call = given is None and self._goal_checked and (not split or self._flags() is not None)
+        goal = self._goal(controller, action) if one_call else None
         if goal is not None:
-            done = self._one_call(controller, policy, given, goal, gripper_step, n_physics, sample_at, point, split)
+            done = self._one_call(controller, policy, goal, gripper_step, n_physics, sample_at, point, split)
         else:
             done = self._two_calls(controller, policy, given, action, gripper_step, n_physics, sample_at, point, split)
         if done is None:
@@ -446,8 +449,8 @@ class ControlLoop:
         policy.push(action, forces_at)
         return True
 
-    def _one_call(self, controller: Any, policy: PolicyStep, given: Any, goal: tuple[np.ndarray, np.ndarray], gripper_step: np.ndarray,
-                  n_physics: int, sample_at: int, point: Any, split: bool) -> tuple[Any, ...] | None:
+    def _one_call(self, controller: Any, policy: PolicyStep, goal: tuple[np.ndarray, np.ndarray], gripper_step: np.ndarray, n_physics: int,
+                  sample_at: int, point: Any, split: bool) -> tuple[Any, ...] | None:
         """The env step in one compiled call (``_kernels.step``), robosuite's ``set_goal`` in it; its
         arguments and the recorded state, or None where ``mj_step`` would reset the state (nothing done)."""
         action, scale = goal
@@ -461,7 +464,7 @@ class ControlLoop:
         try:
             done = compiled_kernel().step(
                 *args, *rest, *policy.arguments(), n_physics - 1, sample_at - 2 if capture else -1, point.state if capture else _NO_STATE,
-                np.int32(int(point.spec) if capture else 0), given, forces_at, self._integration, action, scale, goal_pos, goal_ori,
+                np.int32(int(point.spec) if capture else 0), forces_at, self._integration, action, scale, goal_pos, goal_ori,
                 flags, np.int32(self._no_sensors), n_physics - 2 if split else -1,
             )
         except BaseException:
@@ -515,13 +518,13 @@ class ControlLoop:
 
     # robosuite's set_goal compiled (_kernels._set_goal): where it applies, checked once per env.
 
-    def _goal(self, controller: Any, action: np.ndarray, given: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    def _goal(self, controller: Any, action: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The compiled ``set_goal``'s arguments for ``action`` (the action as float64, what
         ``scale_action`` reads), or None where robosuite's ``set_goal`` runs: a controller, an action
         or attributes it does not reproduce (``_goal_scale``), or numpy arithmetic it cannot
         reproduce here (``machine_facts.goal_arithmetic``)."""
         scale = self._goal_scale(controller)
-        if scale is None or not _real(action) or (given is not None and not _goal_reads(given)):
+        if scale is None or not _real(action):
             return None
         return np.asarray(action[:6], dtype=np.float64), scale
 
@@ -549,8 +552,8 @@ class ControlLoop:
     def _goal_trial(self, controller: Any, action: np.ndarray) -> tuple[Any, ...] | None:
         """The compiled ``set_goal``'s goal for ``action`` from what robosuite's is about to read,
         and the orientation goal it replaces (``_check_goal`` compares them with robosuite's)."""
-        goal = self._goal(controller, action, None)
-        if goal is None or not _goal_reads((controller.ee_pos, controller.ee_ori_mat)):
+        goal = self._goal(controller, action)
+        if goal is None or not _goal_reads(controller.ee_pos, controller.ee_ori_mat):
             return None
         goal_pos, goal_ori = np.empty(3), np.empty((3, 3))
         rotates = compiled_kernel().goal(goal[0], controller.ee_pos, controller.ee_ori_mat, goal[1], goal_pos, goal_ori)
@@ -700,9 +703,8 @@ def _real(action: np.ndarray) -> bool:
     return action.ndim == 1 and len(action) >= 6 and (kind in "biu" or (kind == "f" and size <= 8))
 
 
-def _goal_reads(attributes: Any) -> bool:
+def _goal_reads(ee_pos: Any, ee_ori_mat: Any) -> bool:
     """The controller's ee_pos and ee_ori_mat are float64 arrays the compiled ``set_goal`` reads as robosuite's does (a C-ordered matrix)."""
-    ee_pos, ee_ori_mat = attributes[0], attributes[1]
     return (isinstance(ee_pos, np.ndarray) and ee_pos.dtype == np.float64 and ee_pos.shape == (3,)
             and isinstance(ee_ori_mat, np.ndarray) and ee_ori_mat.dtype == np.float64 and ee_ori_mat.shape == (3, 3)
             and ee_ori_mat.flags.c_contiguous)
