@@ -15,8 +15,9 @@ seeded init state in interleaved rounds; medians, spreads and ratios come from o
   bit for bit, its LAPACK calls made between MuJoCo's as in a rollout;
 - raw mj_step + OSC matrices: the raw calls, each followed by robosuite's ``opspace_matrices``
   on the controller's matrices (its inverse and three SVD pseudo-inverses, LAPACK through numba),
-  which the controller computes at every physics step: the floor of any loop that keeps
-  robosuite's arithmetic bit for bit;
+  which the controller computes at every physics step: what robosuite's own function costs beside
+  the physics, numba's workspace queries and allocations included (the compiled loop makes the
+  same LAPACK calls with less around them, ``compiled.py``, and can come in under it);
 - raw mj_step: the sub-steps' own physics as bare ``mujoco.mj_step`` calls: the actuator
   commands robosuite's controller set at each physics step of the same actions from the same
   init state (recorded once from robosuite's loop), written to ``data.ctrl`` and stepped, nothing

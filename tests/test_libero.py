@@ -798,10 +798,20 @@ def test_physics_steps_before_the_last_skip_the_sensor_stages_and_the_last_leave
     fast, stock = _fast_and_stock("libero_goal", 8)  # a task that tracks object states (a stove)
     kernel = compiled_kernel()
     model = fast._raw.sim.model._model
-    during, calls = [], []
-    env_step, physics_steps = kernel.env_step, kernel.physics_steps
+    during, calls, whole = [], [], []
+    env_step, physics_steps, step = kernel.env_step, kernel.physics_steps, kernel.step
+
+    def one_call(*a):
+        # (count, capture_at, ..., flags, sensors_off, flags_at): the flags the call sets from its
+        # first physics step until the last, and the model's flags when it returns
+        flags, sensors_off, flags_at = a[-3:]
+        out = step(*a)
+        whole.append((a[-13], flags_at, sensors_off, flags.size and int(flags.__array_interface__["data"][0]), model.opt.disableflags))
+        return out
+
     monkeypatch.setattr(kernel, "env_step", lambda *a: (during.append(model.opt.disableflags), env_step(*a))[1])
     monkeypatch.setattr(kernel, "physics_steps", lambda *a: (calls.append((a[0], model.opt.disableflags)), physics_steps(*a))[1])
+    monkeypatch.setattr(kernel, "step", one_call)
     if sample_last:  # both sample at the last physics step (the state recorded there, in either loop)
         for adapter in (fast, stock):
             assert adapter._clock is not None
@@ -820,6 +830,13 @@ def test_physics_steps_before_the_last_skip_the_sensor_stages_and_the_last_leave
         assert during and all(flags & sensors_off for flags in during)  # steps 1..n-1 ran without them
         last = [flags for count, flags in calls if count == 1]  # (the first steps, before the checks, run 2..n in one call)
         assert len(last) == len(during) and not any(flags & sensors_off for flags in last)  # the last with them
+        # an env step in one call (robosuite's set_goal compiled too): the model's own flags, set
+        # without the sensors from its first physics step until its last (flags_at), then given back
+        flags_field = fast._control_loop()._flags()
+        assert len(whole) > 20 and flags_field is not None and int(flags_field.__array_interface__["data"][0]) - model._address > 0
+        assert all(at == count - 1 and off == sensors_off and address == flags_field.__array_interface__["data"][0]
+                   for count, at, off, address, _ in whole)
+        assert not any(after & sensors_off for *_, after in whole)
         assert not model.opt.disableflags & sensors_off
     finally:
         fast.close()

@@ -127,6 +127,25 @@ def test_a_numba_cache_made_for_another_cpu_is_compiled_again_not_run(tmp_path):
     assert again["before"] is True and again["loaded"] == 1 and again["compiled"] == 0
 
 
+def test_set_goals_numpy_arithmetic_is_found_and_a_difference_is_found_out(monkeypatch):
+    # numpy's 3 x 3 np.dot is its cblas_dgemm, np.linalg.norm its ddot's square root, its float64
+    # cos and sin the C library's: robosuite's set_goal then runs compiled. A cos that differs in
+    # one bit (here, the C library's as seen by the check) and it does not.
+    import math
+
+    machine_facts.goal_arithmetic.cache_clear()
+    found = machine_facts.goal_arithmetic()
+    assert found.usable and found.gemm, found.why
+    real = math.cos
+    monkeypatch.setattr(math, "cos", lambda x: np.nextafter(real(x), 2.0))
+    machine_facts.goal_arithmetic.cache_clear()
+    try:
+        assert "cos or sin differs" in machine_facts.goal_arithmetic().why
+    finally:
+        monkeypatch.undo()
+        machine_facts.goal_arithmetic.cache_clear()
+
+
 def test_a_fast_path_machine_fact_that_does_not_hold_steps_aside_with_one_line(monkeypatch):
     # numpy's BLAS not found: the compiled loop steps aside (the Python loop, the same arithmetic,
     # serves) and says why once.

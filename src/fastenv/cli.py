@@ -266,7 +266,7 @@ _PLAIN_COMMANDS = (
     (
         "compile",
         "compile LIBERO's control loop into numba's cache now (else the first process does it in the background)",
-        "Compile LIBERO's control loop with numba into numba's cache, in the foreground (20-40 s, once per "
+        "Compile LIBERO's control loop with numba into numba's cache, in the foreground (30-60 s, once per "
         "machine). Without it, the first process whose envs need it compiles it in a background process while the "
         "Python loop, the same arithmetic, steps the envs.",
     ),

@@ -290,6 +290,11 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("  convolve  numpy sums np.convolve's short kernel " + {
             "sequential": "in order, in its own loop (not BLAS): reproduced", "fused": "in order with fused multiply-adds: reproduced",
             "blas": "with BLAS ddot: reproduced"}.get(form, "in a way fastenv does not reproduce: the compiled loop steps aside"))
+        goal = loop.get("set_goal")
+        if goal is not None:
+            lines.append("  set_goal  numpy's norm, cos, sin and 3 x 3 np.dot in robosuite's set_goal: " + (
+                "reproduced (it runs compiled, an env step in one call)" if goal["reproduced"]
+                else f"not reproduced ({goal['why']}): robosuite's set_goal runs in Python"))
         if n.get("numba"):
             simd = "AVX-512" if n["avx512"] else "AVX2" if n["avx2"] else "no AVX2"
             chosen = f" (NUMBA_CPU_NAME={n['cpu_name_set']})" if n["cpu_name_set"] else ""

@@ -176,6 +176,17 @@ def describe() -> dict[str, object]:
     }
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo), None where not read."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return None
+
+
 def measured_on() -> dict[str, Any]:
     """What a benchmark's numbers were measured on: the CPU, Python, and the kernel set numpy's BLAS runs there."""
     import platform
@@ -183,10 +194,17 @@ def measured_on() -> dict[str, Any]:
     out: dict[str, Any] = {
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "mujoco_gl": os.environ.get("MUJOCO_GL"),
     }
+    numba = sys.modules.get("numba")
+    if numba is not None:  # what numba compiled the benchmark's code for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES where set)
+        from numba.core.registry import cpu_target
+
+        out["numba_target"] = {"cpu_name": cpu_target.target_context.codegen().magic_tuple()[1],
+                               "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME"), "NUMBA_CPU_FEATURES": os.environ.get("NUMBA_CPU_FEATURES")}
     try:
         from threadpoolctl import threadpool_info
     except ImportError:

@@ -83,6 +83,7 @@ def check(task: str, steps: int = STEPS, seed: int = 0) -> dict[str, Any]:
                     out["difference"] = "the final observation"
             loop = fast._control_loop()
             out[FastPath.COMPILED_CONTROL_LOOP] = bool(loop is not None and loop._checked)
+            out["controller linear algebra"] = linear_algebra()
             out[FastPath.COMPILED_POLICY_STEP] = bool(loop is not None and loop._policy is not None and loop._policy.checked)
             out["env steps compared"] = compared
         finally:
@@ -92,6 +93,16 @@ def check(task: str, steps: int = STEPS, seed: int = 0) -> dict[str, Any]:
     out["passed"] = bool(out["difference"] is None and out.get(FastPath.COMPILED_CONTROL_LOOP) and out.get(FastPath.COMPILED_POLICY_STEP)
                         and not out["said"])
     return out
+
+
+def linear_algebra() -> str | None:
+    """How the compiled loop computed the controller's linear algebra in this process (``_kernels.LA_LEVELS``)."""
+    from fastenv.backends.libero.compiled import kernel
+
+    built = kernel()
+    if built is None or built.level is None:
+        return None
+    return built._kernels.LA_LEVELS[built.level]
 
 
 def _first_difference(a: Any, b: Any) -> str | None:
@@ -169,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     table = sweep(chosen, args.steps)
     for row in table["rows"]:
         mark = "equal" if row.get("passed") else f"FAILED: {row.get('difference') or row.get('said')}"
-        print(f"OPENBLAS_CORETYPE={row['core_type'] or '(unset)':15} served {row.get('served') or '?':12} {row['task']:18} {mark}")
+        print(f"OPENBLAS_CORETYPE={row['core_type'] or '(unset)':15} served {row.get('served') or '?':12} {row['task']:18} {mark}"
+              f" (linear algebra: {row.get('controller linear algebra')})")
     print(f"kernel sets that ran: {', '.join(table['served_kernel_sets'])}")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

