@@ -4,6 +4,8 @@ decisions on recorded costs, the exact batched policy, and one real run on LIBER
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -261,3 +263,24 @@ def test_an_env_factory_pins_only_other_processes():
     assert factory() == mine and sorted(os.sched_getaffinity(0)) == mine
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.apply(_affinity_in_child, (factory,)) == mine[:1]
+
+
+def test_an_env_process_that_dies_is_named_with_how_it_ended():
+    import multiprocessing
+    import signal
+
+    from fastenv.bench_server import process_endings
+
+    ctx = multiprocessing.get_context("spawn")
+    alive, crashed, failed = ctx.Process(target=signal.pause), ctx.Process(target=os.abort), ctx.Process(target=sys.exit, args=(3,))
+    for p in (alive, crashed, failed):
+        p.start()
+    crashed.join(30), failed.join(30)
+    try:
+        text = process_endings([alive, crashed, failed])
+        assert text.startswith("env process 1 ended (SIGABRT), env process 2 ended (exit code 3)")
+        assert "env process 0" not in text and "GiB" in text
+        assert process_endings([alive]) == ""
+    finally:
+        alive.kill()
+        alive.join()

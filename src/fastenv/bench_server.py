@@ -585,6 +585,7 @@ def run_default(cfg: ServerConfig, n: int, policy: ServerPolicy, env_cores: list
 
     built = time.perf_counter()
     envs = AsyncVectorEnv(_default_fns(cfg, n, env_cores), autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
+    failed = False
     try:
         pids = [p.pid for p in envs.processes]
         loop = _Loop(envs, policy, n, cfg.chunk)
@@ -602,8 +603,40 @@ def run_default(cfg: ServerConfig, n: int, policy: ServerPolicy, env_cores: list
                  "gpu_memory_mb": gpu.read(pids),
                  "model_estimate_env_steps_per_s": costs.default_rate(n, env_cpu)}
         return _row("Default", n, timed, loop, costs, points, cfg, extra), loop.trajectories
+    except Exception as exc:
+        failed = True
+        ended = process_endings(envs.processes)
+        if not ended:
+            raise
+        raise RuntimeError(f"{type(exc).__name__}: {exc}; {ended}") from exc
     finally:
-        envs.close()
+        envs.close(terminate=failed)  # a dead env process's pipe answers no close
+
+
+def process_endings(processes: Sequence[Any]) -> str:
+    """How the processes that ended did (an exit code, or the signal that ended them: SIGKILL is
+    often the kernel's out-of-memory killer, SIGSEGV a crash in native code such as a GL driver),
+    with the memory left on the host; "" when none has ended."""
+    import signal
+
+    ended = []
+    for i, process in enumerate(processes):
+        process.join(timeout=0.5)  # an ending process's code is set once it is reaped
+        code = process.exitcode
+        if code is None:
+            continue
+        if code < 0:
+            try:
+                how = signal.Signals(-code).name
+            except ValueError:
+                how = f"signal {-code}"
+        else:
+            how = f"exit code {code}"
+        ended.append(f"env process {i} ended ({how})")
+    if not ended:
+        return ""
+    free = available_memory()
+    return ", ".join(ended) + ("" if free is None else f"; host memory available {free / 2**30:.1f} GiB")
 
 
 def run_fastenv(cfg: ServerConfig, n: int, cand: Any, prediction: Any, policy: ServerPolicy, env_cores: list[int], costs: Any,
