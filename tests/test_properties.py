@@ -9,6 +9,12 @@ time limits, the schedule (whole steps, pipeline stages in any order, dynamic ba
 Every observation, reward, flag, final observation and info is compared exactly; whole-step
 programs are also compared with Gymnasium's ``SyncVectorEnv(SAME_STEP)`` itself, layout included.
 
+The same suites run in Gymnasium's two other autoreset modes: NEXT_STEP (the step after an
+episode's end resets the env, its action not run) and DISABLED (the caller resets ended envs
+through ``reset_mask``; stepping one first is refused), against the reference in that mode and
+``SyncVectorEnv(autoreset_mode=...)``. A deliberately wrong vector env (same-step results passed off
+as NEXT_STEP's) is caught by the same comparisons (the negative control).
+
 The layout-independence test runs envs that draw from their generators on every step, in every
 layout and schedule, against each env alone. ``FASTENV_EXAMPLES`` sets the number of examples of
 the suites, ``FASTENV_LAYOUT_EXAMPLES`` that of the layout test (CI runs the defaults).
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -35,7 +42,10 @@ import fastenv
 from fastenv import GymAdapter, SimEnv
 from fastenv.core.infos import STEP_KEYS, row_info
 from fastenv.vector import PipelineVectorEnv
+from fastenv.vector.errors import EpisodeEndedError
 from fastenv.vector.pool import EnvStatus
+
+SAME_STEP, NEXT_STEP, DISABLED = AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED
 
 # Examples per property: 60 by default; in CI 30, drawn from a seed that changes with the commit
 # (the sample moves from commit to commit and is reproducible from it).
@@ -66,13 +76,23 @@ def fast_env(max_len: int, limit: int | None, chunk: int | None, gamma: float | 
 
 # -- the reference -------------------------------------------------------------------------------
 class Reference:
-    """Each env alone, stepped one simulator step at a time; same-step autoreset; restarts."""
+    """Each env alone, stepped one simulator step at a time; autoreset in ``mode``; restarts.
 
-    def __init__(self, make_plain, num_envs: int, num_workers: int, chunk: int | None, gamma: float | None) -> None:
+    SAME_STEP resets an ended env in the step that ended it (final_obs / final_info in its info);
+    NEXT_STEP resets it at its next step instead of running that step's action (reward 0, no
+    flags, the reset's observation and info); DISABLED never resets it (``ended`` says which
+    envs the caller must reset). A worker restart cuts the episode where the caller last saw it
+    (reward 0, truncated); with NEXT_STEP / DISABLED the fresh env is reset afterwards, by the
+    next step or the caller, seeded as the restart was.
+    """
+
+    def __init__(self, make_plain, num_envs: int, num_workers: int, chunk: int | None, gamma: float | None, mode: AutoresetMode = SAME_STEP) -> None:
         self.make_plain, self.n, self.w = make_plain, num_envs, num_workers
-        self.chunk, self.gamma = chunk, gamma
+        self.chunk, self.gamma, self.mode = chunk, gamma, mode
         self.envs = [make_plain() for _ in range(num_envs)]
         self.last_obs: list = [None] * num_envs  # what the caller last saw of each env
+        self.ended = [False] * num_envs  # its last step ended its episode (NEXT_STEP: reset next; DISABLED: by the caller)
+        self.cut_seed: list = [None] * num_envs  # a restart's seed, kept for the reset that follows it
         self.pending_restart = [False] * num_envs
         self.restarts = [0] * num_workers
         self.seed_base: int | None = None
@@ -93,18 +113,32 @@ class Reference:
         if self.pending_restart[i]:  # its worker was replaced: a fresh env, seeded as a restart is
             self.envs[i] = self.make_plain()
             self.pending_restart[i] = False
-            seed = self.restart_seed(i) if seed is None else seed
+            cut, self.cut_seed[i] = self.cut_seed[i], None
+            if seed is None:
+                seed = cut if cut is not None else self.restart_seed(i)
         obs, info = self.envs[i].reset(seed=seed)
         self.last_obs[i] = obs
+        self.ended[i] = False
         return obs, info
 
     def kill(self, worker: int) -> None:
         self.restarts[worker] += 1
         for i in range(worker, self.n, self.w):
             self.pending_restart[i] = True
+            self.cut_seed[i] = None  # (killed again before its reset: cut again, seeded by this restart)
 
     def step(self, i: int, action) -> tuple:
-        """(obs, reward, terminated, truncated, info) with final_obs/final_info in info when ended."""
+        """(obs, reward, terminated, truncated, info); with SAME_STEP, final_obs/final_info in info when ended."""
+        if self.mode is not SAME_STEP and self.pending_restart[i] and self.cut_seed[i] is None:
+            # The action never ran: the episode is cut at the observation the caller last saw; the
+            # fresh env is reset later (its next step or the caller's reset), with this restart's seed.
+            self.cut_seed[i] = self.restart_seed(i)
+            self.ended[i] = True
+            return self.last_obs[i], 0.0, False, True, {**self._null_keys(), "worker_restarted": True}
+        assert not (self.mode is DISABLED and self.ended[i]), f"env {i} stepped after its episode ended, not reset"
+        if self.mode is NEXT_STEP and self.ended[i]:  # this step resets it; its action is not run
+            obs, info = self.reset(i, None)
+            return obs, 0.0, False, False, info
         if self.pending_restart[i]:
             final_obs = self.last_obs[i]
             obs, info = self.reset(i, None)
@@ -128,7 +162,9 @@ class Reference:
             info = {**info, "chunk_steps": k + 1, "chunk_rewards": rewards}
             if self.gamma is not None:
                 info["chunk_discount"] = self.gamma ** (k + 1)
-        if terminated or truncated:
+        if (terminated or truncated) and self.mode is not SAME_STEP:
+            self.ended[i] = True
+        elif terminated or truncated:
             final_obs, final_info = obs, info
             obs, reset_info = env.reset()
             info = {**reset_info, **{key: final_info[key] for key in STEP_KEYS if key in final_info}}
@@ -153,6 +189,20 @@ def check_rows(out, gids, ref: Reference, actions: dict[int, np.ndarray], where:
 
 
 # -- the programs --------------------------------------------------------------------------------
+def reset_masked(data, envs: PipelineVectorEnv, ref: Reference, sync: SyncVectorEnv | None, mask: np.ndarray, where: str) -> None:
+    """Reset the envs of ``mask`` (with a drawn seed, or none) in ``envs``, ``ref`` and ``sync``, comparing them."""
+    reseed = data.draw(st.one_of(st.none(), st.integers(0, 2**16)), label="reseed")
+    obs, infos = envs.reset(seed=reseed, options={"reset_mask": mask})
+    if sync is not None:
+        assert_same((obs, infos), sync.reset(seed=reseed, options={"reset_mask": mask.copy()}), f"{where} reset vs SyncVectorEnv")
+    if reseed is not None:
+        ref.seed_base = reseed
+    for i in np.flatnonzero(mask).tolist():
+        ref_obs, ref_info = ref.reset(i, None if reseed is None else reseed + i)
+        assert_same({k: v[i] for k, v in obs.items()}, ref_obs, f"{where} reset env {i}")
+        assert_same(row_info(infos, i), ref_info, f"{where} reset info {i}")
+
+
 def wait_dead(pid: int) -> None:
     """Until the killed process is gone (so the vector env sees it dead when it next looks)."""
     stat = Path(f"/proc/{pid}/stat")
@@ -207,6 +257,14 @@ def _run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, 
         mode = data.draw(st.sampled_from(modes), label=f"round {r}")
         actions = rng.uniform(space.low, space.high, (n, *space.shape)).astype(space.dtype)
         per_env = dict(enumerate(actions))
+        if ref.mode is DISABLED and mode in ("step", "stages", "dynamic") and any(ref.ended):
+            # The caller resets ended envs; stepping them first is refused before any env steps.
+            ended = np.array(ref.ended)
+            if data.draw(st.booleans(), label="step an ended env first"):
+                with pytest.raises(EpisodeEndedError, match=re.escape(f"envs {np.flatnonzero(ended).tolist()} ended their episodes")):
+                    envs.step(actions)
+                assert len(envs.in_flight()) == 0
+            reset_masked(data, envs, ref, sync, ended, f"round {r} (ended envs)")
         if mode == "step":
             out = envs.step(actions)
             if sync is not None:
@@ -218,16 +276,7 @@ def _run_program(data, envs: PipelineVectorEnv, ref: Reference, *, rounds: int, 
         elif mode == "reset":
             mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="reset mask"))
             mask[data.draw(st.integers(0, n - 1))] = True
-            reseed = data.draw(st.one_of(st.none(), st.integers(0, 2**16)), label="reseed")
-            obs, infos = envs.reset(seed=reseed, options={"reset_mask": mask})
-            if sync is not None:
-                assert_same((obs, infos), sync.reset(seed=reseed, options={"reset_mask": mask}), f"round {r} reset vs SyncVectorEnv")
-            if reseed is not None:
-                ref.seed_base = reseed
-            for i in np.flatnonzero(mask).tolist():
-                ref_obs, ref_info = ref.reset(i, None if reseed is None else reseed + i)
-                assert_same({k: v[i] for k, v in obs.items()}, ref_obs, f"round {r} reset env {i}")
-                assert_same(row_info(infos, i), ref_info, f"round {r} reset info {i}")
+            reset_masked(data, envs, ref, sync, mask, f"round {r}")
         elif mode == "stages":
             S = envs.pipeline_stages
             for k in data.draw(st.permutations(range(S)), label="send order"):
@@ -307,6 +356,72 @@ def test_whole_steps_equal_gymnasiums_sync_vector_env(layout, data):
     finally:
         envs.close()
         sync.close()
+
+
+# -- the other autoreset modes -------------------------------------------------------------------
+# The same programs in NEXT_STEP and DISABLED (a third of the examples each suite runs above: the
+# comparisons are the same; what differs is the reference's autoreset and the resets DISABLED asks).
+MODE_EXAMPLES = max(EXAMPLES // 3, 1)
+
+
+def MODE_SUITE(test):  # noqa: N802  (a settings-like decorator)
+    test = settings(max_examples=MODE_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))(test)
+    return test if COMMIT_SEED is None else seed(COMMIT_SEED)(test)
+
+
+@MODE_SUITE
+@given(layout=layouts(), mode=st.sampled_from([NEXT_STEP, DISABLED]), data=st.data())
+def test_next_step_and_disabled_vector_envs_equal_each_env_run_alone(layout, mode, data):
+    make = functools.partial(fast_env, layout["max_len"], layout["limit"], layout["chunk"], layout["gamma"], layout["sim"])
+    n = layout["num_envs"]
+    envs = PipelineVectorEnv([make] * n, num_workers=layout["num_workers"], pipeline_stages=layout["stages"], max_restarts=100, autoreset_mode=mode)
+    try:
+        assert envs.metadata["autoreset_mode"] is mode
+        ref = Reference(functools.partial(plain_env, layout["max_len"], layout["limit"]), n, layout["num_workers"], layout["chunk"], layout["gamma"], mode)
+        rounds = data.draw(st.integers(1, 10), label="rounds")
+        assert run_program(data, envs, ref, rounds=rounds, kills=True, sync=None) >= n
+    finally:
+        envs.close()
+
+
+@MODE_SUITE
+@given(layout=layouts(), mode=st.sampled_from([NEXT_STEP, DISABLED]), data=st.data())
+def test_next_step_and_disabled_whole_steps_equal_gymnasiums_sync_vector_env(layout, mode, data):
+    make = functools.partial(fast_env, layout["max_len"], layout["limit"], layout["chunk"], layout["gamma"], layout["sim"])
+    n = layout["num_envs"]
+    envs = PipelineVectorEnv([make] * n, num_workers=layout["num_workers"], pipeline_stages=layout["stages"], autoreset_mode=mode)
+    sync = SyncVectorEnv([make] * n, autoreset_mode=mode)
+    try:
+        ref = Reference(functools.partial(plain_env, layout["max_len"], layout["limit"]), n, layout["num_workers"], layout["chunk"], layout["gamma"], mode)
+        rounds = data.draw(st.integers(1, 10), label="rounds")
+        assert run_program(data, envs, ref, rounds=rounds, kills=False, sync=sync) >= n
+    finally:
+        envs.close()
+        sync.close()
+
+
+class PassesSameStepOffAsNextStep(PipelineVectorEnv):
+    """A deliberately wrong NEXT_STEP vector env: same-step results without their final keys, so the
+    transition that ends an episode carries the reset observation as its next observation."""
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = super().step(actions)
+        return obs, rewards, terminations, truncations, {k: v for k, v in infos.items() if "final" not in k}
+
+
+def test_the_comparisons_catch_a_reset_observation_passed_off_as_a_transitions_next_one():
+    make = functools.partial(fast_env, 3, None, 2, None, False)
+    n, seed_ = 2, 5
+    with PassesSameStepOffAsNextStep([make] * n, num_workers=1) as envs:
+        ref = Reference(functools.partial(plain_env, 3, None), n, 1, 2, None, NEXT_STEP)
+        envs.reset(seed=seed_)
+        for i in range(n):
+            ref.reset(i, seed_ + i)
+        actions = np.zeros((n, *envs.single_action_space.shape), envs.single_action_space.dtype)
+        with pytest.raises(AssertionError, match=r"step \d+ env \d+ obs"):
+            for t in range(10):  # episodes of at most 3 steps in chunks of 2: one ends within 2 steps
+                check_rows(envs.step(actions), range(n), ref, dict(enumerate(actions)), f"step {t}")
+        assert any(ref.ended) or ref.compared >= 2
 
 
 # -- LIBERO --------------------------------------------------------------------------------------

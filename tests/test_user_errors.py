@@ -190,3 +190,9 @@ def test_a_closed_sim_env_says_so():
     for call in (lambda: env.step(action), lambda: env.reset(seed=0), lambda: env.substep(action), env.observe):
         with pytest.raises(gym.error.ClosedEnvironmentError, match="is closed: build a new env"):
             call()
+
+
+def test_the_maniskill_gpu_env_takes_only_same_step_autoreset_and_says_where_the_others_run():
+    for mode in ("NextStep", "Disabled"):
+        with pytest.raises(ValueError, match=r"autoreset_mode must be SAME_STEP, got AutoresetMode\.\w+; the CPU workers"):
+            gym.make_vec("fastenv/ManiSkill-v0", num_envs=2, env_id="PickCube-v1", sim_backend="physx_cuda", autoreset_mode=mode)

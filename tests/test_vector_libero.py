@@ -139,3 +139,61 @@ def test_the_node_scaling_benchmark_steps_k_workers_of_one_built_vector_env(tmp_
     assert rows[2]["efficiency"] == pytest.approx(rows[2]["speedup"] / 2)
     assert all(row["env_steps_per_s"] > 0 and 0 < row["worker_busy"] <= 1.5 and row["worker_cpu_ms_per_env_step"] > 0 for row in rows.values())
     assert len(payload["worker_rss_gb"]) == 2 and (tmp_path / "n.json").exists()
+
+
+@pytest.mark.big_memory
+def test_a_next_step_run_is_the_same_step_run_rearranged():
+    """LIBERO episodes ending inside a chunk (10 steps in chunks of 4): with NEXT_STEP (stages sent
+    and received) each env gives the transitions and resets it gives with SAME_STEP (whole steps),
+    in the same order; a reset comes one step later, with reward 0 and no flags, and the action
+    of that step is not run (a different one is sent)."""
+    from fastenv.core.infos import STEP_KEYS, row_info
+
+    def row(obs, i):
+        return {key: value[i] for key, value in obs.items()}
+
+    same = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=1, **ENV_KWARGS)
+    nxt = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=1, pipeline_stages=2, autoreset_mode="NextStep", **ENV_KWARGS)
+    try:
+        assert nxt.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        assert_same(nxt.reset(seed=3), same.reset(seed=3), "reset")
+        rng = np.random.default_rng(0)
+        runs = rng.uniform(-1, 1, (7, 2, 4, 7)).astype(np.float32)  # [k, i]: env i's k-th action that runs
+        same_events: list[list] = [[], []]
+        for k in range(7):
+            obs, rewards, terminated, truncated, infos = same.step(runs[k])
+            infos = without_legacy_keys(infos)
+            assert "worker_restarted" not in infos  # (a restart's invented transition would be no data to compare)
+            for i in range(2):
+                info = row_info(infos, i)
+                if terminated[i] or truncated[i]:
+                    final_obs, final_info = info.pop("final_obs"), info.pop("final_info")
+                    same_events[i].append(("step", final_obs, rewards[i], terminated[i], truncated[i], final_info))
+                    same_events[i].append(("reset", row(obs, i), {key: v for key, v in info.items() if key not in STEP_KEYS}))
+                else:
+                    same_events[i].append(("step", row(obs, i), rewards[i], terminated[i], truncated[i], info))
+        next_events: list[list] = [[], []]
+        ran, resets_next = [0, 0], [False, False]
+        for _ in range(9):  # 7 actions that run and 2 resets per env
+            sent = {}
+            for i in range(2):  # stage i is env i
+                sent[i] = rng.uniform(-1, 1, (1, 4, 7)).astype(np.float32) if resets_next[i] else runs[ran[i], i][None]
+                nxt.send(sent[i], stage=i)
+            for i in (1, 0):
+                obs, rewards, terminated, truncated, infos = nxt.recv(stage=i)
+                assert "final_obs" not in infos and "final_info" not in infos and "worker_restarted" not in infos
+                if resets_next[i]:
+                    assert rewards[0] == 0.0 and not terminated[0] and not truncated[0]
+                    next_events[i].append(("reset", row(obs, 0), row_info(infos, 0)))
+                else:
+                    next_events[i].append(("step", row(obs, 0), rewards[0], terminated[0], truncated[0], row_info(infos, 0)))
+                    ran[i] += 1
+                resets_next[i] = bool(terminated[0] or truncated[0])
+        assert ran == [7, 7] and sum(event[0] == "reset" for event in next_events[0]) == 2
+        for i in range(2):
+            assert [e[0] for e in next_events[i]] == [e[0] for e in same_events[i]], f"env {i}: steps and resets"
+            for k, (event, same_event) in enumerate(zip(next_events[i], same_events[i])):
+                assert_same(event, same_event, f"env {i} event {k}")
+    finally:
+        same.close()
+        nxt.close()

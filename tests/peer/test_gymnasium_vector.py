@@ -5,7 +5,11 @@ Each test names the Gymnasium test whose contract it checks. The env under test 
 the style of Gymnasium's own test envs), and fastenv's LIBERO vector env
 (``gym.make_vec("fastenv/Libero-v0", ...)``). Every data comparison is against
 ``gymnasium.vector.SyncVectorEnv(..., autoreset_mode=SAME_STEP)`` over the same env constructors
-and seeds, bit for bit: same types, dtypes, shapes and bytes.
+and seeds, bit for bit: same types, dtypes, shapes and bytes; the tests of the other autoreset
+modes (``test_autoreset_next_step``, ``test_autoreset_disabled``, ``test_autoreset_metadata``,
+``test_make_vec_autoreset``, the DISABLED mode of ``test_partial_reset*`` and
+``test_action_count_compatibility``, the NEXT_STEP case of ``test_vector_wrapper_equivalence``)
+compare against ``SyncVectorEnv`` in that mode.
 
 fastenv adds one documented key to Gymnasium's infos: ``final_observation`` (with its mask), an
 alias of ``final_obs`` for older training loops. The comparisons check that it is the very same
@@ -13,9 +17,10 @@ object as ``final_obs`` and then leave it out (``helpers.without_legacy_keys``).
 
 Contracts of Gymnasium's vector tests that do not apply to fastenv, so have no test here:
 
-* ``test_autoreset_next_step``, ``test_autoreset_disabled``, the NEXT_STEP / DISABLED cases of
-  ``test_autoreset_metadata`` and ``test_make_vec_autoreset``: fastenv's vector env autoresets in
-  the same step only (``metadata["autoreset_mode"]`` is SAME_STEP, checked below).
+* ``SyncVectorEnv(autoreset_mode=DISABLED)`` stepping an env whose episode ended fails with a
+  bare ``assert`` after it has stepped the envs before it (and not at all under ``python -O``;
+  ``AsyncVectorEnv`` steps it): fastenv raises ``EpisodeEndedError``, an ``AssertionError``,
+  before any env steps, checked below.
 * ``test_reset_timeout_async_vector_env`` / ``test_step_timeout_async_vector_env``
   (``reset_wait(timeout=...)`` / ``step_wait(timeout=...)`` raising ``multiprocessing.TimeoutError``):
   fastenv's asynchronous API has no such call. ``recv(stage=k)`` takes no timeout, and
@@ -61,8 +66,9 @@ from gymnasium.vector.utils import batch_space
 from helpers import Contracts, assert_identical, without_legacy_keys
 
 from fastenv.vector import PipelineVectorEnv
+from fastenv.vector.errors import EpisodeEndedError
 
-SAME_STEP = AutoresetMode.SAME_STEP
+SAME_STEP, NEXT_STEP, DISABLED = AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED
 
 
 # -- comparisons ---------------------------------------------------------------------------------
@@ -116,9 +122,9 @@ def with_step_keys_on_top(ref_infos):
     return out
 
 
-def sync(fns):
-    """The reference: Gymnasium's SyncVectorEnv over the same constructors, same-step autoreset."""
-    return SyncVectorEnv(list(fns), autoreset_mode=SAME_STEP)
+def sync(fns, autoreset_mode=SAME_STEP):
+    """The reference: Gymnasium's SyncVectorEnv over the same constructors, same-step autoreset (or ``autoreset_mode``)."""
+    return SyncVectorEnv(list(fns), autoreset_mode=autoreset_mode)
 
 
 @contextlib.contextmanager
@@ -293,7 +299,7 @@ def test_create_and_batched_spaces(num_workers):
         assert ours.action_space == ref.action_space == batch_space(ref.single_action_space, 4)
 
 
-def test_metadata_says_same_step_and_leaves_the_sub_envs_metadata_alone():
+def test_metadata_says_same_step_by_default_and_leaves_the_sub_envs_metadata_alone():
     # test_metadata_sync_vector_env / test_metadata_async_vector_env
     with opened(PipelineVectorEnv(seeded_fns("CartPole-v1", 2), num_workers=1)) as ours:
         assert ours.metadata["autoreset_mode"] == SAME_STEP
@@ -503,6 +509,91 @@ def test_same_step_autoreset_of_the_counting_env():
             assert [info["final_obs"][i] for i in range(3)] == [finals.get(i) for i in range(3)]
 
 
+def test_next_step_autoreset_of_the_counting_env():
+    # test_autoreset_next_step: episodes of 2, 3 and 3 steps; the step after an episode's end
+    # resets the env instead of running its action: the reset's observation, reward 0, no flags.
+    fns = [CountEnv] * 3
+    with opened(PipelineVectorEnv(fns, num_workers=3, autoreset_mode=NEXT_STEP), sync(fns, NEXT_STEP)) as (ours, ref):
+        assert ours.metadata["autoreset_mode"] == NEXT_STEP
+        ours.set_attr("max_count", [2, 3, 3])
+        ref.set_attr("max_count", [2, 3, 3])
+        obs, info = ours.reset()
+        assert_identical((obs, info), ref.reset(), "reset")
+        assert np.all(obs == [0, 0, 0]) and info == {}
+        expected = [  # obs, rewards, terminated
+            ([1, 1, 1], [1, 2, 3], [False, False, False]),
+            ([2, 2, 2], [1, 2, 3], [True, False, False]),
+            ([0, 3, 3], [0, 2, 3], [False, True, True]),
+            ([1, 0, 0], [1, 0, 0], [False, False, False]),
+        ]
+        for t, (want_obs, want_rewards, want_terminated) in enumerate(expected):
+            out = ours.step([1, 2, 3])
+            assert_same_transition(out, ref.step([1, 2, 3]), f"step {t}")
+            obs, rewards, terminated, truncated, info = out
+            assert np.all(obs == want_obs) and np.all(rewards == want_rewards)
+            assert np.all(terminated == want_terminated) and not truncated.any()
+            assert info == {}  # no final_obs / final_info in this mode
+
+
+def test_disabled_autoreset_of_the_counting_env():
+    # test_autoreset_disabled: an ended env keeps its last observation until the caller resets it
+    # with a reset_mask. Stepping it before is refused (SyncVectorEnv asserts; fastenv raises
+    # EpisodeEndedError, an AssertionError, before any env steps).
+    fns = [CountEnv] * 3
+    with opened(PipelineVectorEnv(fns, num_workers=3, autoreset_mode=DISABLED), sync(fns, DISABLED)) as (ours, ref):
+        assert ours.metadata["autoreset_mode"] == DISABLED
+        ours.set_attr("max_count", [2, 3, 3])
+        ref.set_attr("max_count", [2, 3, 3])
+        assert_identical(ours.reset(), ref.reset(), "reset")
+        expected = [  # obs before the step's reset_mask, terminated, obs after it
+            ([1, 1, 1], [False, False, False], None),
+            ([2, 2, 2], [True, False, False], [0, 2, 2]),
+            ([1, 3, 3], [False, True, True], [1, 0, 0]),
+            ([2, 1, 1], [True, False, False], None),
+        ]
+        for t, (want_obs, want_terminated, after_reset) in enumerate(expected):
+            out = ours.step([1, 2, 3])
+            assert_same_transition(out, ref.step([1, 2, 3]), f"step {t}")
+            obs, rewards, terminations, truncations, info = out
+            assert np.all(obs == want_obs) and np.all(rewards == [1, 2, 3]) and info == {}
+            assert np.all(terminations == want_terminated) and not truncations.any()
+            if after_reset is None:
+                continue
+            ended = np.flatnonzero(terminations).tolist()
+            with pytest.raises(AssertionError):
+                ours.step([1, 2, 3])
+            if terminations[0]:  # (SyncVectorEnv asserts at the first ended env, once it stepped those before it)
+                with pytest.raises(AssertionError):
+                    ref.step([1, 2, 3])
+            with pytest.raises(EpisodeEndedError, match=re.escape(f"envs {ended} ended their episodes")):
+                ours.step([1, 2, 3])
+            assert ours.call("count") == tuple(want_obs)  # no env stepped
+            obs, info = ours.reset(options={"reset_mask": terminations})
+            assert_identical((obs, info), ref.reset(options={"reset_mask": terminations.copy()}), f"reset {t}")
+            assert np.all(obs == after_reset) and info == {}
+
+
+@pytest.mark.parametrize("given", [mode for mode in AutoresetMode] + [mode.value for mode in AutoresetMode])
+def test_autoreset_mode_is_the_enum_or_its_value_and_the_metadata_says_it(given):
+    # test_autoreset_metadata
+    with opened(PipelineVectorEnv([CountEnv] * 2, num_workers=1, autoreset_mode=given)) as ours:
+        assert ours.metadata["autoreset_mode"] is AutoresetMode(given)
+        assert ours.autoreset_mode is AutoresetMode(given)
+        assert all("autoreset_mode" not in metadata for metadata in ours.get_attr("metadata"))
+
+
+@pytest.mark.parametrize("given", ["same_step", "NEXT_STEP", 1, None])
+def test_an_unknown_autoreset_mode_is_refused_before_any_worker_starts(given, tmp_path):
+    # test_make_vec_autoreset's argument, through gym.make_vec (a fastenv id) and PipelineVectorEnv;
+    # refused as Gymnasium's AutoresetMode(value) refuses it (a ValueError), naming the modes.
+    built = tmp_path / "built"
+    with pytest.raises(ValueError, match=r"autoreset_mode must be one of AutoresetMode.NEXT_STEP \('NextStep'\), .*got"):
+        PipelineVectorEnv([functools.partial(built.write_text, "an env")], autoreset_mode=given)
+    with pytest.raises(ValueError, match="autoreset_mode must be one of"):
+        gym.make_vec("fastenv/Libero-v0", num_envs=2, autoreset_mode=given)
+    assert not built.exists()
+
+
 def test_final_obs_and_final_info():
     # test_final_obs_info, with same-step autoreset: the step that ends the episode observes the
     # reset (its info at the top level), the final observation and step info go to final_obs /
@@ -550,7 +641,7 @@ def test_partial_reset_with_a_reset_mask():
     # test_partial_reset: the masked envs are reset (with their seeds), the others keep their
     # observation.
     fns = [functools.partial(gym.make, "CartPole-v1")] * 3
-    with opened(PipelineVectorEnv(fns, num_workers=3), sync(fns)) as (ours, ref):
+    with opened(PipelineVectorEnv(fns, num_workers=3, autoreset_mode=DISABLED), sync(fns, DISABLED)) as (ours, ref):
         reset_obs, info = ours.reset(seed=[0, 1, 2])
         assert_identical((reset_obs, info), ref.reset(seed=[0, 1, 2]), "reset")
         ours.action_space.seed(123)
@@ -580,7 +671,7 @@ def test_partial_reset_with_a_reset_mask():
 def test_a_bad_reset_mask_is_refused(mask, error):
     # test_partial_reset_failure: a wrong shape or no True value -> ValueError, a non-bool dtype -> TypeError.
     fns = [functools.partial(gym.make, "CartPole-v1")] * 3
-    with opened(PipelineVectorEnv(fns, num_workers=1)) as ours:
+    with opened(PipelineVectorEnv(fns, num_workers=1, autoreset_mode=DISABLED)) as ours:
         ours.reset(options={"reset_mask": np.array([True, True, True])})
         with pytest.raises(error):
             ours.reset(options={"reset_mask": mask})
@@ -588,7 +679,7 @@ def test_a_bad_reset_mask_is_refused(mask, error):
 
 def test_the_number_of_actions_must_match_the_number_of_envs():
     # test_action_count_compatibility: too few or too many actions -> ValueError, a scalar -> TypeError.
-    with opened(PipelineVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 4, num_workers=2)) as ours:
+    with opened(PipelineVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 4, num_workers=2, autoreset_mode=DISABLED)) as ours:
         ours.reset(seed=0)
         actions = ours.action_space.sample()
         obs, rewards, terminations, truncations, _ = ours.step(actions)
@@ -862,17 +953,19 @@ def assert_same_rollouts(ours, ref, steps=60):
         assert_identical(comparable(out[4], True), comparable(ref_out[4], False), f"step {t} infos")
 
 
+@pytest.mark.parametrize("autoreset_mode", [SAME_STEP, NEXT_STEP], ids=["SameStep", "NextStep"])
 @pytest.mark.parametrize("num_envs", [1, 3])
 @pytest.mark.parametrize("name", WRAPPERS)
-def test_gymnasium_vector_wrappers_treat_fastenv_as_sync_vector_env(name, num_envs):
-    # test_vector_wrapper_equivalence and the vector wrappers' own tests. A Gymnasium vector wrapper
-    # over fastenv returns what it returns over SyncVectorEnv (SAME_STEP), step for step. Gymnasium's
-    # observation wrappers refuse same-step autoreset (final_obs would escape the transformation):
-    # they must refuse fastenv's vector env alike (from its metadata); then the same wrapper on each
-    # env (the other side of test_vector_wrapper_equivalence) is compared instead.
+def test_gymnasium_vector_wrappers_treat_fastenv_as_sync_vector_env(name, num_envs, autoreset_mode):
+    # test_vector_wrapper_equivalence (in both its autoreset modes) and the vector wrappers' own
+    # tests. A Gymnasium vector wrapper over fastenv returns what it returns over SyncVectorEnv in
+    # the same mode, step for step. Gymnasium's observation wrappers refuse same-step autoreset
+    # (final_obs would escape the transformation): they must refuse fastenv's vector env alike (from
+    # its metadata); then the same wrapper on each env (the other side of
+    # test_vector_wrapper_equivalence) is compared instead.
     make, kwargs = WRAPPERS[name]
     fns = [make] * num_envs
-    with opened(PipelineVectorEnv(fns, num_workers=1), sync(fns)) as (ours, ref):
+    with opened(PipelineVectorEnv(fns, num_workers=1, autoreset_mode=autoreset_mode), sync(fns, autoreset_mode)) as (ours, ref):
         vector_wrapper = getattr(gym.wrappers.vector, name)
         try:
             wrapped_ref = vector_wrapper(ref, **kwargs)
@@ -885,7 +978,7 @@ def test_gymnasium_vector_wrappers_treat_fastenv_as_sync_vector_env(name, num_en
     if not hasattr(gym.wrappers, name):
         return
     fns = [functools.partial(wrapped_env, make, name, kwargs)] * num_envs
-    with opened(PipelineVectorEnv(fns, num_workers=1), sync(fns)) as (ours, ref):
+    with opened(PipelineVectorEnv(fns, num_workers=1, autoreset_mode=autoreset_mode), sync(fns, autoreset_mode)) as (ours, ref):
         assert_same_rollouts(ours, ref)
 
 

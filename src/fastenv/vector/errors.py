@@ -24,3 +24,11 @@ class NoAsyncCallError(RuntimeError, gym_error.NoAsyncCallError):
 
 class ClosedEnvironmentError(RuntimeError, gym_error.ClosedEnvironmentError):
     """A vector env used after ``close()`` (or after its workers failed more than ``max_restarts`` times)."""
+
+
+class EpisodeEndedError(AssertionError, RuntimeError):
+    """An action sent, with ``autoreset_mode=DISABLED``, to an env whose episode ended and that was not reset.
+
+    Gymnasium's ``SyncVectorEnv`` fails such a step with an ``AssertionError``; fastenv raises this
+    one (also a ``RuntimeError``) before anything is sent, so no env steps, even under ``python -O``.
+    """

@@ -28,6 +28,7 @@ from fastenv.vector.devices import worker_environments
 from fastenv.vector.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
+    EpisodeEndedError,
     NoAsyncCallError,
 )
 from fastenv.vector.layout import Layout
@@ -60,6 +61,17 @@ def _seconds(name: str, seconds: Any) -> float:
     if seconds < 0:
         raise ValueError(f"{name} must be >= 0 seconds, got {seconds}")
     return float(seconds)
+
+
+def autoreset_mode_of(value: Any) -> AutoresetMode:
+    """Gymnasium's ``AutoresetMode`` named by ``value`` (the enum or its value, as Gymnasium's vector envs take it)."""
+    if isinstance(value, AutoresetMode):
+        return value
+    try:
+        return AutoresetMode(value)
+    except (ValueError, TypeError):
+        names = ", ".join(f"AutoresetMode.{mode.name} ({mode.value!r})" for mode in AutoresetMode)
+        raise ValueError(f"autoreset_mode must be one of {names}, got {value!r}") from None
 
 
 def _info_format(name: str, value: Any) -> str:
@@ -99,7 +111,11 @@ class PipelineVectorEnv(VectorEnv):
     semantics for all N envs. ``send(actions, stage=k)`` returns at once and ``recv(stage=k)``
     collects that stage, so the policy can run on one stage while the others step.
     ``send(actions, env_ids=ids)`` with ``recv(max_batch=B, timeout=T)`` serves whichever envs are
-    ready first. Autoreset is SAME_STEP with ``infos["final_obs"]``/``["final_info"]``.
+    ready first. Autoreset is Gymnasium's, in any of its modes (``autoreset_mode``): SAME_STEP
+    (the default) resets a finished env in the step that ends its episode, with
+    ``infos["final_obs"]``/``["final_info"]``; NEXT_STEP resets it at its next step, whose action
+    is not run (reward 0, no flags, the reset's observation and info); DISABLED leaves the reset
+    to the caller (``reset(options={"reset_mask": mask})``), and refuses to step the env before.
 
     Each env receives its action row as SyncVectorEnv hands it on: a numpy array's dtype and
     values unchanged (float64 rows for a float32 Box stay float64). Other inputs (lists, Python
@@ -109,7 +125,9 @@ class PipelineVectorEnv(VectorEnv):
     ``.valid``); the envs without one (``.failed_env_ids``) must be reset before they step again.
     Misuse raises Gymnasium's errors (each also a ``RuntimeError``): ``AlreadyPendingCallError``
     for a send or reset to envs with actions in flight, ``NoAsyncCallError`` for a recv of envs
-    sent nothing, ``ClosedEnvironmentError`` for any use after ``close()``.
+    sent nothing, ``ClosedEnvironmentError`` for any use after ``close()``, and
+    ``EpisodeEndedError`` (an ``AssertionError``, as SyncVectorEnv's) for a step or send, with
+    DISABLED, to envs whose episode ended and that were not reset.
 
     Args:
         env_fns: constructors of the N envs (run inside the workers, never forked).
@@ -123,6 +141,9 @@ class PipelineVectorEnv(VectorEnv):
         spin_wait: seconds a process tries for the next message (yielding its core between
             tries) before it sleeps on its semaphore; a worker on a core of its own then answers
             in microseconds, and one that shares its core lets the other process run. 0 disables.
+        autoreset_mode: what happens to an env whose episode ended: Gymnasium's ``AutoresetMode``
+            or its value ("SameStep", "NextStep", "Disabled"); SAME_STEP by default (Gymnasium's
+            own vector envs default to NEXT_STEP).
         info_format: "gymnasium" (``infos["final_info"]`` is a dict of arrays with ``_key`` masks)
             or "per_env" (an array of N per-env dicts, None where no episode ended: the
             convention of Gymnasium < 1.0 and of CleanRL's scripts).
@@ -166,6 +187,7 @@ class PipelineVectorEnv(VectorEnv):
         threads_per_worker: int | None = 1,
         max_restarts: int = 3,
         spin_wait: float = 2e-4,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.SAME_STEP,
         info_format: str = "gymnasium",
         context: str = "spawn",
         backend: str = "local",
@@ -180,6 +202,7 @@ class PipelineVectorEnv(VectorEnv):
         self._pool: WorkerPool | None = None  # closed until the workers are up: close() has nothing to do
         self._clock: profiling.MainClock | None = None
         w.check_not_bootstrapping()  # a worker re-running the user's script must not build workers
+        self.autoreset_mode = autoreset_mode_of(autoreset_mode)  # (before any tuning or worker)
         env_fns = list(env_fns)
         if not env_fns:
             raise ValueError("env_fns must hold at least one env constructor, got an empty sequence")
@@ -210,12 +233,12 @@ class PipelineVectorEnv(VectorEnv):
             if ray_options is not None:
                 raise ValueError("ray_options are for backend='ray'")
             transport: Transport = ProcessTransport(
-                mp.get_context(context), layout_.num_stages, threads_per_worker, spin_wait, self.worker_environments
+                mp.get_context(context), layout_.num_stages, threads_per_worker, spin_wait, self.worker_environments, self.autoreset_mode
             )
         elif backend == "ray":
             from fastenv.vector.ray_backend import RayTransport
 
-            transport = RayTransport(dict(ray_options or {}), layout_.num_workers, layout_.num_stages, threads_per_worker)
+            transport = RayTransport(dict(ray_options or {}), layout_.num_workers, layout_.num_stages, threads_per_worker, self.autoreset_mode)
         else:
             raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
         self.backend = backend
@@ -263,13 +286,13 @@ class PipelineVectorEnv(VectorEnv):
         self.single_action_space = first["action_space"]
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = {**first["metadata"], "autoreset_mode": AutoresetMode.SAME_STEP}
+        self.metadata = {**first["metadata"], "autoreset_mode": self.autoreset_mode}
         self.render_mode = first["render_mode"]
         self.spec = first["spec"]
         self.shared_physics = first["shared_physics"]
         self.physics_scaled = first["physics_scaled"]
         self._pool.open_arrays(self.single_observation_space, self.single_action_space)
-        self._results = ResultReader(self._pool, self._info_format, self.single_observation_space)
+        self._results = ResultReader(self._pool, self._info_format, self.single_observation_space, self.autoreset_mode)
         specs = leaf_specs(self.single_action_space, "actions")
         self._action_dtypes = {path: dtype for path, _, dtype in specs}
         self._action_dtype = specs[0][2] if specs[0][0] == "actions" else None  # a space of one leaf
@@ -362,6 +385,16 @@ class PipelineVectorEnv(VectorEnv):
                 dtypes[path] = carried
         return dtypes or None
 
+    def _check_not_ended(self, gids: np.ndarray, what: str) -> None:
+        """With autoreset DISABLED, refuse to step envs whose episode ended (they must be reset first)."""
+        ended = self._results.ended
+        if ended is not None and ended[gids].any():
+            raise EpisodeEndedError(
+                f"{what}: envs {gids[ended[gids]].tolist()} ended their episodes (terminated or truncated) and, "
+                "with autoreset_mode=AutoresetMode.DISABLED, must be reset before they step again: "
+                "reset(options={'reset_mask': mask})"
+            )
+
     @profiling.timed
     def send(self, actions: Any, *, stage: int | None = None, env_ids: Sequence[int] | None = None) -> None:
         """Start stepping one stage (``stage=k``) or some envs (``env_ids=ids``); returns at once.
@@ -374,11 +407,13 @@ class PipelineVectorEnv(VectorEnv):
         if stage is not None:
             gids = pool.layout.stage_envs(stage)
             pool.check_idle(gids, f"send(stage={stage})")
+            self._check_not_ended(gids, f"send(stage={stage})")
             dtypes = self._write_actions(actions, gids, slice(gids[0], gids[-1] + 1))
             pool.send_steps(gids, False, dtypes)
         else:
             gids = pool.layout.check_env_ids(env_ids)
             pool.check_idle(gids, "send(env_ids=...)")
+            self._check_not_ended(gids, "send(env_ids=...)")
             dtypes = self._write_actions(actions, gids, gids)
             pool.send_steps(gids, True, dtypes)
 
@@ -440,13 +475,15 @@ class PipelineVectorEnv(VectorEnv):
 
     @profiling.timed
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step all N envs (plain Gymnasium semantics, SAME_STEP autoreset)."""
+        """Step all N envs (plain Gymnasium semantics, in the vector env's ``autoreset_mode``)."""
         pool = self._pool
         if pool.closed:  # (``_open_pool``'s test, without its call: the hot path)
             raise ClosedEnvironmentError(_CLOSED)
         gids = pool.all_ids
         if pool.busy_envs or pool.failed:
             pool.check_idle(gids, "step()")
+        if self._results.ended is not None:
+            self._check_not_ended(gids, "step()")
         dtypes = self._write_actions(actions, gids, slice(None))
         if not pool.fresh:  # (an env of a replaced worker is reset by its next step: the records' path)
             ended = pool.step_whole(dtypes)
@@ -484,7 +521,8 @@ class PipelineVectorEnv(VectorEnv):
         if options is not None and "reset_mask" in options:
             mask = options.pop("reset_mask")
             if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
-                raise BatchTypeError(f"options['reset_mask'] must be a bool numpy array of shape ({n},), got {mask!r}")
+                came = f"an array of dtype {mask.dtype} and shape {mask.shape}" if isinstance(mask, np.ndarray) else f"a {type(mask).__name__}"
+                raise BatchTypeError(f"options['reset_mask'] must be a bool numpy array of shape ({n},), got {came}: {mask!r}")
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one env")
         gids = np.flatnonzero(mask)

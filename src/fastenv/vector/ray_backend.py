@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import CloudpickleWrapper
 
 from fastenv._deps import require
@@ -47,9 +48,11 @@ class RayOptions:
 class RayWorker:
     """The actor: a worker's envs, with local buffers instead of shared memory."""
 
-    def __init__(self, env_fns: CloudpickleWrapper, env_ids: list[int], pipeline_stages: int, threads: int | None) -> None:
+    def __init__(
+        self, env_fns: CloudpickleWrapper, env_ids: list[int], pipeline_stages: int, threads: int | None, autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP
+    ) -> None:
         self.env_ids = list(env_ids)
-        self.core, self.description = w.start_core(env_fns, env_ids, range(len(env_ids)), pipeline_stages, threads)
+        self.core, self.description = w.start_core(env_fns, env_ids, range(len(env_ids)), pipeline_stages, threads, autoreset_mode)
         self.local = {gid: j for j, gid in enumerate(self.env_ids)}
 
     def describe(self) -> dict[str, Any]:
@@ -96,13 +99,20 @@ class _Actor:
 class RayTransport:
     """Workers as Ray actors, one placement-group bundle each (so the strategy spreads or packs them)."""
 
-    def __init__(self, options: Mapping[str, Any], num_workers: int, pipeline_stages: int, threads: int | None) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, Any],
+        num_workers: int,
+        pipeline_stages: int,
+        threads: int | None,
+        autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
+    ) -> None:
         self.ray = require("ray", "ray", "Ray")
         unknown = sorted(set(options) - set(RayOptions.__dataclass_fields__))
         if unknown:
             raise ValueError(f"unknown ray_options {unknown}; allowed: {sorted(RayOptions.__dataclass_fields__)}")
         self.options = RayOptions(**options)
-        self._stages, self._threads = pipeline_stages, threads
+        self._stages, self._threads, self._autoreset_mode = pipeline_stages, threads, autoreset_mode
         if not self.ray.is_initialized():
             # Started here but never shut down here: other code in this process may use Ray too
             # (another vector env, the user's own tasks). Ray stops with the process.
@@ -135,7 +145,7 @@ class RayTransport:
 
     def start(self, worker: Worker, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
         actor = self._actor_class.options(**self._actor_options(worker.index)).remote(
-            CloudpickleWrapper(list(env_fns)), worker.env_ids.tolist(), self._stages, self._threads
+            CloudpickleWrapper(list(env_fns)), worker.env_ids.tolist(), self._stages, self._threads, self._autoreset_mode
         )
         worker.handle = _Actor(actor, actor.describe.remote())
 

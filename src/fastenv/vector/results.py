@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 from fastenv.core.arrays import get_row, put_rows, take_rows, tree_leaves, tree_map
 from fastenv.core.infos import add_info, step_keys, with_legacy_final_keys
@@ -73,14 +74,19 @@ class ResultReader:
     """Reads the results of envs whose results arrived in ``pool``, which become idle.
 
     Keeps the observation the caller last saw of each env: an env without a new result (it
-    raised, or its worker was replaced) reports that one.
+    raised, or its worker was replaced) reports that one. With ``autoreset_mode=DISABLED`` it also
+    keeps which envs ended their episode (``ended``) and were not reset since.
     """
 
-    def __init__(self, pool: WorkerPool, info_format: str, obs_space: gym.Space | None = None) -> None:
+    def __init__(
+        self, pool: WorkerPool, info_format: str, obs_space: gym.Space | None = None, autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP
+    ) -> None:
         self.pool = pool
         self.info_format = info_format
         self.row = row_reader(obs_space)  # one env's observation, copied (final_obs)
         self.last_obs = take_rows(pool.obs, slice(None))  # what the caller last saw, per env
+        self.same_step = autoreset_mode is AutoresetMode.SAME_STEP
+        self.ended = np.zeros(pool.layout.num_envs, dtype=bool) if autoreset_mode is AutoresetMode.DISABLED else None
 
     def gather(self, gids: np.ndarray, rows: Any, with_ids: bool = False) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """The results of ``gids`` (at ``rows`` of the arrays); they become idle.
@@ -111,6 +117,10 @@ class ResultReader:
                 # The action was never run: report the episode cut where the caller last saw it.
                 env.restart = Restart.NONE
                 rewards[pos], terminations[pos], truncations[pos] = 0.0, False, True
+                if not self.same_step:  # the cut episode's last observation is this one; a reset follows
+                    put_rows(obs, pos, get_row(self.last_obs, gid))
+                    add_info(infos, {**env.info, "worker_restarted": True}, pos, size)
+                    continue
                 final = {**step_keys(env.info), "worker_restarted": True}
                 add_info(infos, {"final_obs": self.row(self.last_obs, gid), "final_info": _PerEnv(final) if per_env else final}, pos, size)
                 add_info(infos, {**env.info, "worker_restarted": True}, pos, size)
@@ -126,6 +136,8 @@ class ResultReader:
             put_rows(obs, pos, get_row(self.last_obs, int(gids[pos])))
             rewards[pos], terminations[pos], truncations[pos] = 0.0, False, False
         put_rows(self.last_obs, rows, obs)
+        if self.ended is not None:  # (an env that raised is neither: it must be reset all the same)
+            self.ended[gids] = terminations | truncations
         if "final_info" in infos and per_env:
             infos["final_info"] = np.array([None if f is None else f.info for f in infos["final_info"]], dtype=object)
         if with_ids:
@@ -155,11 +167,15 @@ class ResultReader:
             self.last_obs[:] = obs
         else:
             put_rows(self.last_obs, slice(None), obs)
+        if self.ended is not None:
+            np.logical_or(pool.terminations, pool.truncations, out=self.ended)
         return obs, pool.rewards.copy(), pool.terminations.copy(), pool.truncations.copy(), infos
 
     def keep_reset(self, gids: np.ndarray) -> Any:
         """Every env's observation after ``gids`` were reset (the others': what the caller last saw)."""
         put_rows(self.last_obs, gids, take_rows(self.pool.obs, gids))
+        if self.ended is not None:
+            self.ended[gids] = False
         return take_rows(self.last_obs, slice(None))
 
     def _step_error(self, gids: np.ndarray, failed: list[int], records: list[EnvRecord], result: tuple) -> WorkerError:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from fastenv.vector import mailbox as mb
 from fastenv.vector import worker as w
@@ -171,9 +172,16 @@ class ProcessTransport:
     """Worker processes on this machine: one shared-memory block, a mailbox per worker."""
 
     def __init__(
-        self, context: Any, pipeline_stages: int, threads: int | None, spin_wait: float, worker_environments: Sequence[Mapping[str, str]] = ()
+        self,
+        context: Any,
+        pipeline_stages: int,
+        threads: int | None,
+        spin_wait: float,
+        worker_environments: Sequence[Mapping[str, str]] = (),
+        autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
     ) -> None:
         self._ctx = context
+        self._autoreset_mode = autoreset_mode
         self._worker_environments = list(worker_environments)  # per worker: variables it starts with (its GPU)
         self._stages = pipeline_stages
         self._threads = threads
@@ -191,7 +199,7 @@ class ProcessTransport:
         inbox, outbox = self._ctx.Semaphore(0), self._ctx.Semaphore(0)
         process = self._ctx.Process(
             target=w.worker_main,
-            args=(w.PickledFns(env_fns), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait, (inbox, outbox, self._wake)),
+            args=(w.PickledFns(env_fns), worker.env_ids.tolist(), child, self._stages, self._threads, self._spin_wait, (inbox, outbox, self._wake), self._autoreset_mode),
             name=f"fastenv-worker-{worker.index}",
             daemon=True,
         )

@@ -2,8 +2,10 @@
 
 Observations, actions, rewards and flags go through the shared block; commands and replies
 through the worker's mailbox (``mailbox``: the common steps in shared memory, the rest pickled).
-The envs are stepped by fastenv's executor: a done env is reset in the same step (Gymnasium's
-SAME_STEP autoreset), its final observation written to its row of the ``final_obs`` arrays.
+The envs are stepped by fastenv's executor with the vector env's autoreset mode, as Gymnasium's
+vector envs step theirs: SAME_STEP resets a done env in the same step, its final observation
+written to its row of the ``final_obs`` arrays; NEXT_STEP resets it instead of stepping it the next
+time it is sent an action (which is not run); DISABLED never resets it (the caller does).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from fastenv.core.arrays import put_rows, take_rows
 from fastenv.core.batch import EnvBatch
@@ -115,17 +118,31 @@ def env_attr(env: gym.Env, name: str, default: Any = None) -> Any:
 class WorkerCore:
     """The envs of one worker and what it does with them, apart from any transport.
 
-    The envs are one batch stepped by fastenv's executor with same-step autoreset, so a worker
-    gives exactly the semantics of ``ActionChunk`` and of the batched backends. ``rows`` maps
-    each local env to its row in the output arrays.
+    The envs are one batch stepped by fastenv's executor, so a worker gives exactly the semantics
+    of ``ActionChunk`` and of the batched backends; ``autoreset_mode`` is what it does with an env
+    whose episode ended (Gymnasium's ``AutoresetMode``: see the module). ``rows`` maps each local
+    env to its row in the output arrays.
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], env_ids: Sequence[int], rows: Sequence[int]):
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        env_ids: Sequence[int],
+        rows: Sequence[int],
+        autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
+    ):
         self.env_ids = [int(i) for i in env_ids]
         self.local = {gid: j for j, gid in enumerate(self.env_ids)}
         self.rows = [int(r) for r in rows]
         self.envs = [fn() for fn in env_fns]
-        self.batch, self.executor = batch_executor(self.envs)
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.batch, self.executor = batch_executor(self.envs, autoreset=self.autoreset_mode is AutoresetMode.SAME_STEP)
+        # NEXT_STEP: the envs whose episode ended at their last step, which their next step resets.
+        self.next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        self.to_reset = np.zeros(len(self.envs), dtype=bool)
+        # The seed of an env's next reset when it is not the caller's: a fresh env of a replaced
+        # worker (NEXT_STEP and DISABLED reset it after its restart is reported, not with it).
+        self.reset_seeds: list[int | None] = [None] * len(self.envs)
         self._index = [np.array([j]) for j in range(len(self.envs))]  # each env as a batch of one row
         self._index_cache: dict[tuple[int, ...], tuple[np.ndarray, list[int], Any]] = {}
         self.action_space = self.envs[0].action_space
@@ -177,6 +194,8 @@ class WorkerCore:
         """
         local, rows, index = self._indices(gids)
         self.batch.failed_row = -1
+        if self.next_step and self.to_reset[local].any():
+            return self._step_or_reset(gids, dtypes, noteworthy)
         out = self.executor.step(local, self.action_rows(index, dtypes))
         self.rewards[index] = out.rewards
         self.terminations[index] = out.terminated
@@ -187,6 +206,10 @@ class WorkerCore:
         else:
             for row, o in zip(rows, out.obs):
                 put_rows(obs, row, o)
+        if not self.executor.autoreset:  # an ended env keeps its last observation: no final one
+            if self.next_step:
+                self.to_reset[local] = out.ended
+            return self._entries(gids, out.infos, None, noteworthy)
         ended = out.ended.nonzero()[0].tolist() if np.count_nonzero(out.ended) else []
         for i in ended:
             put_rows(self.final_obs, rows[i], out.final_obs[i])
@@ -199,6 +222,39 @@ class WorkerCore:
         if not ended and not any(infos):  # the common step: nothing to report
             return []
         return [(gid, infos[i], out.final_infos[i] if i in ended else None) for i, gid in enumerate(gids) if infos[i] or i in ended]
+
+    @staticmethod
+    def _entries(gids: Sequence[int], infos: list[dict], finals: list[dict | None] | None, noteworthy: bool) -> list[tuple[int, dict, dict | None]]:
+        """``step``'s replies for envs without a final info: all, or the ``noteworthy`` ones (an info)."""
+        if not noteworthy:
+            return list(zip(gids, infos, finals or [None] * len(infos)))
+        return [(gid, info, None) for gid, info in zip(gids, infos) if info]
+
+    def _step_or_reset(self, gids: Sequence[int], dtypes: dict[str, Any] | None, noteworthy: bool) -> list[tuple[int, dict, dict | None]]:
+        """A NEXT_STEP step of ``gids`` some of which ended their episode at their last step: those
+        are reset instead (their actions are not run) and report the reset's observation and info,
+        reward 0 and no flag, as Gymnasium's vector envs do; the others step."""
+        gids = list(gids)
+        resetting = [gid for gid in gids if self.to_reset[self.local[gid]]]
+        stepping = [gid for gid in gids if not self.to_reset[self.local[gid]]]
+        entries: dict[int, tuple[int, dict, dict | None]] = {}
+        if stepping:
+            for entry in self.step(stepping, dtypes_for(dtypes, gids, stepping), noteworthy=False):
+                entries[entry[0]] = entry
+        local, rows, index = self._indices(resetting)
+        seeds = [self.reset_seeds[j] for j in local.tolist()]
+        obs, infos = self.executor.reset(local, seeds, None)
+        for row, o in zip(rows, obs):
+            put_rows(self.obs, row, o)
+        self.rewards[index] = 0.0
+        self.terminations[index] = False
+        self.truncations[index] = False
+        self.to_reset[local] = False
+        for j in local.tolist():
+            self.reset_seeds[j] = None
+        for gid, info in zip(resetting, infos):
+            entries[gid] = (gid, info, None)
+        return self._entries(gids, [entries[gid][1] for gid in gids], None, noteworthy)
 
     def _indices(self, gids: Sequence[int]) -> tuple[np.ndarray, list[int], Any]:
         """(local rows, output rows, their index) of ``gids``: a slice where the rows are evenly spaced.
@@ -245,7 +301,11 @@ class WorkerCore:
     def reset_one(self, gid: int, seed: int | None, options: dict | None) -> dict:
         j = self.local[gid]
         row = self.rows[j]
+        if seed is None:  # a fresh env of a replaced worker, not yet reset: seeded as its restart is
+            seed = self.reset_seeds[j]
         obs, infos = self.executor.reset(self._index[j], [seed], options)
+        self.to_reset[j] = False
+        self.reset_seeds[j] = None
         put_rows(self.obs, row, obs[0])
         self.rewards[row] = 0.0
         self.terminations[row] = False
@@ -253,9 +313,18 @@ class WorkerCore:
         return infos[0]
 
     def restart_one(self, gid: int, seed: int | None) -> dict:
-        """A fresh env after a worker restart: its reset info plus the keys of a step in which nothing ran."""
-        info = self.reset_one(gid, seed, None)
-        return {**info, **self.executor.null_step_infos(self._index[self.local[gid]])[0]}
+        """A fresh env after a worker restart: the info of a step in which nothing ran.
+
+        With SAME_STEP the env is reset now (its reset info comes first); with NEXT_STEP its next
+        step resets it, with DISABLED the caller's reset does, seeded ``seed`` either way.
+        """
+        j = self.local[gid]
+        null = self.executor.null_step_infos(self._index[j])[0]
+        if self.executor.autoreset:
+            return {**self.reset_one(gid, seed, None), **null}
+        self.to_reset[j] = self.next_step
+        self.reset_seeds[j] = seed
+        return dict(null)
 
     def profile(self, action: str) -> dict[str, Any] | None:
         """The profiler: "start" times the executor's calls into the envs, "stop" ends that,
@@ -301,8 +370,8 @@ class WorkerCore:
         self.envs = []
 
 
-def batch_executor(envs: Sequence[gym.Env]) -> tuple[EnvBatch, Executor]:
-    """The envs as one batch under the executor, with same-step autoreset.
+def batch_executor(envs: Sequence[gym.Env], autoreset: bool = True) -> tuple[EnvBatch, Executor]:
+    """The envs as one batch under the executor, with same-step autoreset (or, ``autoreset=False``, none).
 
     An env whose outermost layer runs its actions through an executor of its own says so with
     ``batch_spec()`` (fastenv's ``ActionChunk``): ``(env below, owner, options)``. When every env
@@ -320,10 +389,10 @@ def batch_executor(envs: Sequence[gym.Env]) -> tuple[EnvBatch, Executor]:
         _, owner, options = first
         batch = EnvBatch([spec[0] for spec in specs], owner=owner, skip_observations=options["skip_observations"])
         return batch, Executor(
-            batch, chunk=options["chunk"], gamma=options["gamma"], autoreset=True, episode_statistics=options["episode_statistics"]
+            batch, chunk=options["chunk"], gamma=options["gamma"], autoreset=autoreset, episode_statistics=options["episode_statistics"]
         )
     batch = EnvBatch(envs)
-    return batch, Executor(batch, autoreset=True)
+    return batch, Executor(batch, autoreset=autoreset)
 
 
 def limit_threads(threads: int | None) -> dict[str, str]:
@@ -333,7 +402,14 @@ def limit_threads(threads: int | None) -> dict[str, str]:
     return {name: str(threads) for name in THREAD_VARIABLES}
 
 
-def start_core(env_fns_blob: Any, env_ids: Sequence[int], rows: Sequence[int], pipeline_stages: int, threads: int | None) -> tuple[WorkerCore, dict[str, Any]]:
+def start_core(
+    env_fns_blob: Any,
+    env_ids: Sequence[int],
+    rows: Sequence[int],
+    pipeline_stages: int,
+    threads: int | None,
+    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
+) -> tuple[WorkerCore, dict[str, Any]]:
     """Cap the threads, build the envs and describe them (any transport's worker starts so)."""
     if threads is not None:
         os.environ.update(limit_threads(threads))
@@ -342,7 +418,7 @@ def start_core(env_fns_blob: Any, env_ids: Sequence[int], rows: Sequence[int], p
     error = getattr(env_fns_blob, "error", None)
     if error is not None:
         raise RuntimeError(f"the env constructors could not be unpickled in the worker: {error[0]}\n{error[1]}")
-    core = WorkerCore(env_fns_blob.fn, env_ids, rows)
+    core = WorkerCore(env_fns_blob.fn, env_ids, rows, autoreset_mode)
     description = core.describe(pipeline_stages)
     description["pid"] = os.getpid()
     return core, description
@@ -439,6 +515,7 @@ def worker_main(
     threads: int | None,
     spin_wait: float,
     semaphores: tuple[Any, Any, Any],
+    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
 ) -> None:
     """Entry point of a worker process (spawned: envs are created here, never forked).
 
@@ -447,7 +524,7 @@ def worker_main(
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when workers stop
     try:
-        core, description = start_core(env_fns_blob, env_ids, env_ids, pipeline_stages, threads)
+        core, description = start_core(env_fns_blob, env_ids, env_ids, pipeline_stages, threads, autoreset_mode)
         conn.send((READY, ByValue(description)))  # the parent receives the description itself
     except BaseException as exc:  # report, then exit: the main process raises with this text
         conn.send((STARTUP_ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
