@@ -9,12 +9,17 @@ itself when its episode ends. fastenv's vector env reaches TorchRL through
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("torchrl", reason='TorchRL is not installed (pip install -e ".[torchrl]")')
+if importlib.util.find_spec("torchrl") is None:
+    pytest.skip('TorchRL is not installed (pip install -e ".[torchrl]")', allow_module_level=True)
+
+# First: TorchRL's imports load MuJoCo, and fastenv chooses its GL platform before that.
+from fastenv.integrations.torchrl import ResetOnRequest, make_env, wrap  # noqa: I001
 
 import torch  # noqa: E402
 from fakes import RandomLengthEnv  # noqa: E402
@@ -24,7 +29,6 @@ from torchrl.envs import Compose, GymWrapper, RewardSum, SerialEnv, StepCounter,
 
 import fastenv  # noqa: E402
 from fastenv.core.arrays import get_row, take_rows  # noqa: E402
-from fastenv.integrations.torchrl import ResetOnRequest, make_env, wrap  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 CHUNK, SEED, N = 3, 11, 4

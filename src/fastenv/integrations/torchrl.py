@@ -29,9 +29,11 @@ from gymnasium.vector import AutoresetMode
 
 from fastenv._deps import require
 from fastenv._validation import BatchTypeError
+from fastenv.backends._gl import configure_mujoco_gl
 from fastenv.core.arrays import get_row, put_rows, tree_map
 from fastenv.core.infos import STEP_KEYS, add_info, row_info
 
+configure_mujoco_gl()  # TorchRL's import loads MuJoCo: LIBERO's headless GL platform is chosen first
 require("torchrl", "torchrl", "TorchRL")
 
 
