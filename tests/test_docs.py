@@ -48,6 +48,8 @@ OPTIONAL = {
     "tyro": "cleanrl",
     "tensorboard": "cleanrl",
     "numba": "numba",
+    "torchrl": "torchrl",
+    "skrl": "skrl",
 }
 
 
