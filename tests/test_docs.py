@@ -49,7 +49,6 @@ OPTIONAL = {
     "tensorboard": "cleanrl",
     "numba": "numba",
     "torchrl": "torchrl",
-    "skrl": "skrl",
 }
 
 
