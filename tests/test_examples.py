@@ -39,3 +39,11 @@ def test_sb3_ppo_libero():
     pytest.importorskip("stable_baselines3", reason='needs pip install -e ".[sb3]"')
     out = run("sb3_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "48")
     assert "trained 64 chunks" in out
+
+
+def test_torchrl_ppo_libero():
+    pytest.importorskip("torchrl", reason='needs pip install -e ".[torchrl]"')
+    out = run("torchrl_ppo_libero.py", "--total-frames", "64", "--frames-per-batch", "32", "--num-envs", "2", "--num-workers", "2",
+              "--camera-size", "32", "--max-episode-steps", "40", "--epochs", "1", "--minibatch", "16")
+    assert "batch 2: 64 chunks (512 simulator steps)" in out
+    assert "0 episodes ended" not in out  # 40-step episodes in chunks of 8 end within each batch of 16 chunks per env
