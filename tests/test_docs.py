@@ -48,6 +48,7 @@ OPTIONAL = {
     "tyro": "cleanrl",
     "tensorboard": "cleanrl",
     "numba": "numba",
+    "tianshou": "rl-b",
 }
 
 

@@ -39,3 +39,10 @@ def test_sb3_ppo_libero():
     pytest.importorskip("stable_baselines3", reason='needs pip install -e ".[sb3]"')
     out = run("sb3_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "48")
     assert "trained 64 chunks" in out
+
+
+def test_tianshou_ppo_libero():
+    pytest.importorskip("tianshou", reason='needs pip install -e ".[rl-b]"')
+    out = run("tianshou_ppo_libero.py", "--epochs", "1", "--epoch-num-steps", "32", "--collection-step-num-env-steps", "16", "--num-envs", "2",
+              "--num-test-envs", "0", "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--batch-size", "16")
+    assert "trained 32 chunks (128 simulator steps), 2 episodes" in out  # 40-step episodes of 10 chunks ended
