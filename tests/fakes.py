@@ -428,3 +428,35 @@ class SpaceEnv(gym.Env):
         self.t += 1
         terminated = self.length is not None and self.t >= self.length
         return self._draw(), float(self.t), terminated, False, {}
+
+
+class WalkEnv(gym.Env):
+    """A walk along ``size`` cells: action 1 steps right, 0 stays; reaching the end terminates,
+    ``size + 3`` steps truncate. ``nested`` observes a Dict holding a Tuple (as Tianshou's
+    dict-state tests do), else a 1-element array."""
+
+    def __init__(self, size: int, nested: bool = False) -> None:
+        self.size, self.nested = size, nested
+        self.action_space = spaces.Discrete(2)
+        cell = spaces.Box(0, 100, (1,), np.float32)
+        self.observation_space = (
+            spaces.Dict({"cell": cell, "extra": spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32)))})
+            if nested else cell
+        )
+
+    def _obs(self):
+        cell = np.array([self.cell], np.float32)
+        if not self.nested:
+            return cell
+        return {"cell": cell, "extra": (self.steps % 3, self.np_random.uniform(-1, 1, 2).astype(np.float32))}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cell, self.steps = 0, 0
+        return self._obs(), {"size": self.size}
+
+    def step(self, action):
+        self.cell += int(action)
+        self.steps += 1
+        terminated = self.cell >= self.size
+        return self._obs(), float(terminated), terminated, self.steps >= self.size + 3 and not terminated, {"steps": self.steps}

@@ -49,6 +49,7 @@ OPTIONAL = {
     "tensorboard": "cleanrl",
     "numba": "numba",
     "torchrl": "torchrl",
+    "tianshou": "tianshou",
 }
 
 

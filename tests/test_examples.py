@@ -47,3 +47,10 @@ def test_torchrl_ppo_libero():
               "--camera-size", "32", "--max-episode-steps", "40", "--epochs", "1", "--minibatch", "16")
     assert "batch 2: 64 chunks (512 simulator steps)" in out
     assert "0 episodes ended" not in out  # 40-step episodes in chunks of 8 end within each batch of 16 chunks per env
+
+
+def test_tianshou_ppo_libero():
+    pytest.importorskip("tianshou", reason='needs pip install -e ".[tianshou]"')
+    out = run("tianshou_ppo_libero.py", "--epochs", "1", "--epoch-num-steps", "32", "--collection-step-num-env-steps", "16", "--num-envs", "2",
+              "--num-test-envs", "0", "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--batch-size", "16")
+    assert "trained 32 chunks (128 simulator steps), 2 episodes" in out  # 40-step episodes of 10 chunks ended

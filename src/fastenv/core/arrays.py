@@ -121,6 +121,32 @@ def get_row(batch: Any, row: int) -> Any:
     return _copy(batch[row])
 
 
+def stack_rows(rows: list[Any]) -> Any:
+    """One batch of per-env values (arrays, or dicts / tuples of them): each leaf stacked."""
+    first = rows[0]
+    if isinstance(first, dict):
+        return {key: stack_rows([row[key] for row in rows]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(stack_rows([row[i] for row in rows]) for i in range(len(first)))
+    return np.stack([np.asarray(row) for row in rows])
+
+
+def to_numpy(value: Any) -> Any:
+    """``value`` with every tensor in it (dicts, tuples, object arrays) as a numpy array."""
+    if isinstance(value, dict):
+        return {key: to_numpy(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(to_numpy(item) for item in value)
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        out = np.empty(value.shape, dtype=object)
+        for index, item in np.ndenumerate(value):
+            out[index] = to_numpy(item)
+        return out
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
+        return value.detach().cpu().numpy()
+    return value
+
+
 def view_row(batch: Any, row: int) -> Any:
     """One env's value without copying (to hand an action row to an env)."""
     if isinstance(batch, (dict, tuple)):

@@ -35,6 +35,7 @@ from gymnasium import spaces
 
 from fastenv._deps import require
 from fastenv._validation import BatchTypeError
+from fastenv.core.arrays import to_numpy
 from fastenv.core.infos import STEP_KEYS, row_info
 
 require("stable_baselines3", "sb3", "Stable-Baselines3")
@@ -60,22 +61,6 @@ _FIX = (
     "pass rollout_buffer_class=fastenv.integrations.sb3.RolloutBuffer (PPO, A2C) or "
     "replay_buffer_class=fastenv.integrations.sb3.ReplayBuffer (SAC, TD3, DDPG, DQN) to leave it out"
 )
-
-
-def to_numpy(value: Any) -> Any:
-    """``value`` with every tensor in it (dicts, tuples, object arrays) as a numpy array."""
-    if isinstance(value, dict):
-        return {key: to_numpy(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(to_numpy(item) for item in value)
-    if isinstance(value, np.ndarray) and value.dtype == object:
-        out = np.empty(value.shape, dtype=object)
-        for index, item in np.ndenumerate(value):
-            out[index] = to_numpy(item)
-        return out
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
-        return value.detach().cpu().numpy()
-    return value
 
 
 def unbatch_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:

@@ -1,0 +1,244 @@
+"""Tianshou: a fastenv (or any SAME_STEP Gymnasium) vector env as a Tianshou ``BaseVectorEnv``.
+
+Tianshou's ``Collector`` steps the envs it is collecting from (``step(action, id)``), sees which
+episodes ended, stores the step's observation as ``obs_next`` (the final observation, from which
+a truncated episode bootstraps) and then resets the ended envs itself (``reset(env_id)``). fastenv's
+vector env resets an ended env in the same step and hands the final observation on in
+``infos["final_obs"]``. ``TianshouVectorEnv`` gives the Collector what Tianshou's own vector envs
+give it: the final observation and the step's own info as the step's result, and the autoreset's
+observation and info as the answer to the ``reset(env_id)`` that follows. What the Collector
+gathers is then what it gathers on ``DummyVectorEnv`` over the same envs and seeds::
+
+    envs = TianshouVectorEnv(gym.make_vec("fastenv/Libero-v0", num_envs=8, flatten=True))
+    collector = Collector(algorithm, envs, VectorReplayBuffer(4096, len(envs)))
+
+An ended env must be reset before it is stepped again (Tianshou's Collector always does): its
+next episode has already begun in the worker, so stepping the old one would mix two episodes.
+
+Importing this module needs ``pip install -e ".[tianshou]"``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from fastenv._deps import require
+from fastenv.core.arrays import get_row, stack_rows, to_numpy
+from fastenv.core.infos import STEP_KEYS, add_info, row_info
+
+require("tianshou", "tianshou", "Tianshou")
+
+from tianshou.env import BaseVectorEnv  # noqa: E402
+
+_FINAL_KEYS = ("final_obs", "final_info", *STEP_KEYS)
+
+
+def _unwrapped_attr(env: gym.Env, key: str) -> Any:
+    """``getattr(env.unwrapped, key)``, run inside a worker (as Tianshou's workers read attributes)."""
+    return getattr(env.unwrapped, key)
+
+
+def _set_unwrapped_attr(env: gym.Env, key: str, value: Any) -> None:
+    setattr(env.unwrapped, key, value)
+
+
+def _stack(items: list[Any]) -> np.ndarray:
+    """Per-env items batched as Tianshou's vector envs batch them (``np.stack``; an object array
+    where they differ in length)."""
+    try:
+        return np.stack(items)
+    except ValueError:
+        return np.array(items, dtype=object)
+
+
+class TianshouVectorEnv(BaseVectorEnv):
+    """A Gymnasium vector env with SAME_STEP autoreset (e.g. ``PipelineVectorEnv``) as a Tianshou
+    ``BaseVectorEnv``.
+
+    ``step(action, id)`` steps the envs ``id`` (a subset through ``send(env_ids=...)``/``recv``);
+    an env whose episode ended returns its final observation and the step's info, and its
+    autoreset waits for the ``reset(env_id)`` Tianshou's Collector sends next. A ``reset`` without
+    arguments of such an env returns the waiting autoreset (what a seedless reset would have
+    given); one with a ``seed`` resets it again. ``seed(s)`` seeds env i and its action space with
+    ``s + i``, as Tianshou's ``DummyVectorEnv`` does. Tensors (ManiSkill on GPU) come out as numpy.
+
+    Args:
+        vector_env: the vector env; it is closed with this one.
+
+    Examples:
+        >>> envs = TianshouVectorEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, flatten=True))
+    """
+
+    def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
+        mode = vector_env.metadata.get("autoreset_mode")
+        if mode is not None and mode != gym.vector.AutoresetMode.SAME_STEP:
+            raise ValueError(f"TianshouVectorEnv needs a vector env with SAME_STEP autoreset, got {mode}")
+        # BaseVectorEnv.__init__ builds one worker per env; here the vector env holds the envs.
+        self.vector_env = vector_env
+        self.env_num = vector_env.num_envs
+        self.wait_num = self.env_num
+        self.timeout = None
+        self.is_async = False
+        self.waiting_conn, self.waiting_id = [], []
+        self.ready_id = list(range(self.env_num))
+        self.is_closed = False
+        self._action_spaces = [copy.deepcopy(vector_env.single_action_space) for _ in range(self.env_num)]
+        self._observation_spaces = [copy.deepcopy(vector_env.single_observation_space) for _ in range(self.env_num)]
+        self._autoreset: dict[int, tuple[Any, dict[str, Any]]] = {}  # env -> (obs, info) of its waiting reset
+
+    # -- attributes -----------------------------------------------------------------------------
+    def get_env_attr(self, key: str, id: int | list[int] | np.ndarray | None = None) -> list[Any]:
+        self._assert_is_not_closed()
+        ids = [int(i) for i in self._wrap_id(id)]
+        if key == "action_space":  # kept here, so that seed() seeds what the Collector samples
+            return [self._action_spaces[i] for i in ids]
+        if key == "observation_space":
+            return [self._observation_spaces[i] for i in ids]
+        return self._apply(ids, _unwrapped_attr, key)
+
+    def set_env_attr(self, key: str, value: Any, id: int | list[int] | np.ndarray | None = None) -> None:
+        self._assert_is_not_closed()
+        self._apply([int(i) for i in self._wrap_id(id)], _set_unwrapped_attr, key, value)
+
+    def _apply(self, ids: list[int], fn: Any, *args: Any) -> list[Any]:
+        apply = getattr(self.vector_env, "apply", None)
+        if apply is not None:
+            return list(apply(fn, *args, env_ids=ids))
+        envs = getattr(self.vector_env, "envs", None)  # Gymnasium's SyncVectorEnv
+        if envs is None:
+            raise AttributeError(f"{type(self.vector_env).__name__} cannot reach its envs' attributes")
+        return [fn(envs[i], *args) for i in ids]
+
+    # -- stepping -------------------------------------------------------------------------------
+    def seed(self, seed: int | list[int] | None = None) -> list[list[int] | None]:
+        """Seed env i's action space and reset env i with ``seed + i`` (or ``seed[i]``)."""
+        self._assert_is_not_closed()
+        if seed is None:
+            seeds: list[int | None] = [None] * self.env_num
+        elif isinstance(seed, (int, np.integer)):
+            seeds = [int(seed) + i for i in range(self.env_num)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.env_num:
+                raise ValueError(f"seed must be None, an int or {self.env_num} seeds, got {len(seeds)} seeds")
+        for space, s in zip(self._action_spaces, seeds):
+            space.seed(s)
+        self.vector_env.reset(seed=seeds)
+        self._autoreset.clear()
+        return [[s] for s in seeds]  # type: ignore[misc]
+
+    def reset(self, env_id: int | list[int] | np.ndarray | None = None, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Reset the envs ``env_id`` (all: None); ``kwargs`` (``seed``, ``options``) go to each, as
+        Tianshou's vector envs pass them (one seed for every env reset)."""
+        self._assert_is_not_closed()
+        ids = [int(i) for i in self._wrap_id(env_id)]
+        unknown = set(kwargs) - {"seed", "options"}
+        if unknown:
+            raise TypeError(f"reset() takes env_id, seed and options, got {sorted(unknown)}")
+        seed, options = kwargs.get("seed"), kwargs.get("options")
+        waiting = [i for i in ids if i in self._autoreset]
+        if seed is None and options is not None and waiting:
+            raise ValueError(
+                f"envs {waiting} were already reset by the vector env's same-step autoreset, without options; "
+                "a seedless reset with options now would start a different episode than Tianshou's own vector "
+                "envs start: pass a seed with the options"
+            )
+        served = {i: self._autoreset.pop(i) for i in waiting} if seed is None else {}
+        fresh = [i for i in ids if i not in served]
+        if fresh:
+            mask = np.zeros(self.env_num, dtype=bool)
+            mask[fresh] = True
+            obs, infos = self.vector_env.reset(seed=[seed if m else None for m in mask], options={**(options or {}), "reset_mask": mask})
+            obs, infos = to_numpy(obs), to_numpy(infos)
+            for i in fresh:
+                self._autoreset.pop(i, None)
+                served[i] = (get_row(obs, i), row_info(infos, i))
+        obs_list = [served[i][0] for i in ids]
+        if isinstance(obs_list[0], tuple):
+            raise TypeError("Tianshou's vector envs take no Tuple observation space: use an array or a Dict space")
+        return _stack(obs_list), np.array([served[i][1] for i in ids])
+
+    def step(self, action: Any, id: int | list[int] | np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """Step the envs ``id`` (all: None) with one action each, in that order."""
+        self._assert_is_not_closed()
+        ids = [int(i) for i in self._wrap_id(id)]
+        if action is None:
+            raise ValueError("action must be not-None for non-async")
+        if len(action) != len(ids):
+            raise ValueError(f"step() needs one action per env of id ({len(ids)}), got {len(action)}")
+        ended = [i for i in ids if i in self._autoreset]
+        if ended:
+            raise RuntimeError(
+                f"envs {ended} ended their episodes and were not reset: their next episodes have begun in the "
+                f"vector env, so stepping them would mix two episodes. Call reset(env_id={ended}) first "
+                "(Tianshou's Collector does)"
+            )
+        results = to_numpy(self._step(action, ids))
+        obs, rewards, terminations, truncations, infos = results
+        obs_list, info_list = [], []
+        for pos, i in enumerate(ids):
+            info = row_info(infos, pos)
+            info.pop("env_ids", None)
+            if terminations[pos] or truncations[pos]:
+                # SAME_STEP: the top-level info is the reset's; the step's own is final_info.
+                reset_info = {key: value for key, value in info.items() if key not in _FINAL_KEYS}
+                self._autoreset[i] = (get_row(obs, pos), reset_info)
+                obs_list.append(info["final_obs"])
+                info = dict(info["final_info"])
+            else:
+                obs_list.append(get_row(obs, pos))
+            info["env_id"] = i
+            info_list.append(info)
+        return (
+            _stack(obs_list),
+            np.stack([rewards[pos] for pos in range(len(ids))]),
+            np.stack([terminations[pos] for pos in range(len(ids))]),
+            np.stack([truncations[pos] for pos in range(len(ids))]),
+            np.stack(info_list),
+        )
+
+    def _step(self, action: Any, ids: list[int]) -> tuple[Any, ...]:
+        """The vector env's step of the envs ``ids``, rows in the order of ``ids``."""
+        if ids == list(range(self.env_num)):
+            return self.vector_env.step(action)
+        send = getattr(self.vector_env, "send", None)
+        if send is None:
+            raise ValueError(f"{type(self.vector_env).__name__} steps all its envs at once; got id={ids}")
+        send(np.asarray(action), env_ids=ids)
+        rows: dict[int, tuple[Any, ...]] = {}
+        while len(rows) < len(ids):
+            obs, rewards, terminations, truncations, infos = self.vector_env.recv()
+            for pos, i in enumerate(np.asarray(infos["env_ids"]).tolist()):
+                rows[i] = (get_row(obs, pos), rewards[pos], terminations[pos], truncations[pos], row_info(infos, pos))
+        ordered = [rows[i] for i in ids]
+        infos_out: dict[str, Any] = {}
+        for pos, row in enumerate(ordered):
+            add_info(infos_out, row[4], pos, len(ids))
+        obs_rows, rewards, terminations, truncations = ([row[k] for row in ordered] for k in range(4))
+        return stack_rows(obs_rows), np.array(rewards), np.array(terminations), np.array(truncations), infos_out
+
+    def render(self, **kwargs: Any) -> list[Any]:
+        self._assert_is_not_closed()
+        return list(self.vector_env.call("render", **kwargs))
+
+    def close(self) -> None:
+        self._assert_is_not_closed()
+        self.vector_env.close()
+        self.is_closed = True
+
+
+def make_vec_env(env_id: str, num_envs: int, **kwargs: Any) -> TianshouVectorEnv:
+    """``gym.make_vec(env_id, num_envs, **kwargs)`` as a Tianshou vector env.
+
+    Examples:
+        >>> envs = make_vec_env("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
+    """
+    return TianshouVectorEnv(gym.make_vec(env_id, num_envs=num_envs, **kwargs))
+
+
+__all__ = ["TianshouVectorEnv", "make_vec_env"]
