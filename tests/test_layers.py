@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("integrations", "policy", "returns", "doctor"),  # frameworks' drop-ins, policies, value targets, diagnosis
     ("eval",),  # whole benchmarks: an episode list over workers, the policy batched
     ("conformance", "bench"),  # sweeps against the stock simulators, the main job
+    ("bench_server",),  # the main job's GPU-server regime: many envs per policy, against the bound
     ("fastenv",),  # the package's own namespace (fastenv/__init__.py)
     ("cli",),
 ]
