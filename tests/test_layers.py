@@ -18,7 +18,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 # Each group's layer, lowest first. A module may import its own group and any lower layer; groups
 # of one layer are independent (none imports another).
 LAYERS: list[tuple[str, ...]] = [
-    ("_validation", "_deps", "machine", "policy_cost", "gpus"),  # leaves: plain functions, no fastenv imports
+    ("_validation", "_deps", "machine", "policy_cost", "gpus", "run_clock"),  # leaves: plain functions, no fastenv imports
     ("core",),  # protocols, SimEnv, executor, chunk space, registry of adopters, fast paths
     ("backends", "wrappers", "vector"),  # one simulator each | single-env wrappers | workers and pipeline
     ("tuning",),  # layouts measured on vector envs

@@ -37,6 +37,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -49,6 +50,7 @@ import numpy as np
 
 from fastenv.core.fast_paths import FastPath
 from fastenv.machine import measured_on
+from fastenv.run_clock import Part, RunClock
 
 IMAGE_KEY, STATE_KEY = "agentview_image", "robot0_proprio-state"
 SLIM_MODALITIES = (IMAGE_KEY, STATE_KEY)
@@ -300,9 +302,11 @@ class VLACost:
 
 
 def run_variant(
-    cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, device: Any, progress: Any = None, vla: VLACost | None = None
+    cfg: BenchConfig, variant: Variant, envs: Any, policy: Any, device: Any, progress: Callable[[int, int], None] | None = None,
+    vla: VLACost | None = None,
 ) -> dict[str, Any]:
-    """Time one configuration on ``envs``; returns its measurements (one round)."""
+    """Time one configuration on ``envs``; returns its measurements (one round). ``progress(done,
+    target)`` is told the timed env steps done, first with 0 where the timing starts."""
     import torch
 
     chunk = cfg.chunk
@@ -339,12 +343,14 @@ def run_variant(
     policy_s = 0.0
     start = time.perf_counter()
     done = 0
+    if progress is not None:
+        progress(0, target)  # timed work begins
     if variant.mode == "step":
         while done < target:
             obs = record(None, envs.step(act(obs)))
             done += n * chunk
             if progress is not None:
-                progress.update(n * chunk)
+                progress(done, target)
     elif variant.mode == "pipeline":
         m = envs.layout.stage_size
         stage_ids = [np.arange(k * m, (k + 1) * m) for k in range(cfg.stages)]
@@ -355,7 +361,7 @@ def run_variant(
                 stage_obs = record(stage_ids[k], envs.recv(stage=k))
                 done += m * chunk
                 if progress is not None:
-                    progress.update(m * chunk)
+                    progress(done, target)
                 envs.send(act(stage_obs, stage_ids[k]), stage=k)  # the other stages step meanwhile
     else:
         batch = cfg.max_batch or max(1, n // 2)
@@ -366,7 +372,7 @@ def run_variant(
             batch_obs = record(ids, result)
             done += len(ids) * chunk
             if progress is not None:
-                progress.update(len(ids) * chunk)
+                progress(done, target)
             envs.send(act(batch_obs, ids), env_ids=ids)
     wall = time.perf_counter() - start
     breakdown = {"policy": policy_s}
@@ -422,88 +428,175 @@ def _device(name: str, policy_cores: list[int]) -> Any:
     return torch.device(name)
 
 
-# Reference costs for the estimate printed before a run: ms of wall time per env step of each
-# configuration and seconds per vector-env build, on a 2-core machine without GPU (an AVX-512 one,
-# 4 envs, 128-px camera; docs/benchmarks.md, results/fastenv_bench_2core_avx512.json: 10.2 min in
-# all), and the overhead the sum misses (warm-ups, resets before timing, closing).
+# Reference costs: ms of wall time per env step of each configuration and seconds per vector-env
+# build, on a 2-core machine without GPU (an AVX-512 one, 4 envs, 128-px camera; docs/benchmarks.md,
+# results/fastenv_bench_2core_avx512.json: 10.2 min in all), and the overhead the sum misses
+# (warm-ups, resets before timing, closing). A run's time is measured here, not taken from these:
+# they say how the configurations' costs compare until each has run once on this machine
+# (``reference_parts``, ``fastenv.run_clock``).
 REFERENCE_MS_PER_ENV_STEP = {"Default": 164.0, "+Slim": 103.9, "+SkipObs": 24.5, "+Pipeline": 24.5, "+Async": 23.5, "+FastReset": 21.9,
                              "+FastSubstep": 15.2}
 REFERENCE_BUILD_S = {"stock": 25.0, "slim": 13.0, "chunked": 13.0}
 REFERENCE_OVERHEAD = 1.25
 
 
-def estimate_seconds(cfg: BenchConfig, only: list[str] | None = None) -> float:
-    """Roughly how long ``run`` takes on the reference 2-core machine (machines differ by 2-3x).
+def _chosen(cfg: BenchConfig, only: list[str] | None) -> list[Variant]:
+    return [v for v in variants(cfg) if only is None or v.name.split(" ")[0] in only]
 
-    Per round: each chosen configuration's env steps at its reference cost (with a VLA's cost,
-    plus its policy's, or the larger of the two where the configuration overlaps them), and one
-    build per kind of vector env; times the rounds and the overhead the reference run showed.
+
+def reference_parts(cfg: BenchConfig, only: list[str] | None = None) -> list[Part]:
+    """The run as ``run`` does it, one part per configuration and round in its order, each with its
+    seconds on the reference machine and the vector env built before it (one per kind and round).
+
+    Per part: its env steps at the configuration's reference cost (with a VLA's cost, plus its
+    policy's, or the larger of the two where the configuration overlaps them), times the overhead
+    the reference run showed.
     """
     from fastenv.policy_cost import inference_cost
 
     cost = inference_cost(cfg.policy_cost)
-    chosen = [v for v in variants(cfg) if only is None or v.name.split(" ")[0] in only]
     pixels = (cfg.camera_size / 128) ** 2
-    ms = 0.0
-    for v in chosen:
-        env = REFERENCE_MS_PER_ENV_STEP[v.name.split(" ")[0]] * (0.5 + 0.5 * pixels)
-        if cost is None:
-            ms += env
-            continue
-        n = cfg.num_envs
-        batch = {"pipeline": n // cfg.stages, "dynamic": cfg.max_batch or max(1, n // 2)}.get(v.mode, n)
-        policy = cost.per_env_step_ms(batch, cfg.chunk)
-        ms += max(env, policy) if v.mode in ("pipeline", "dynamic") else env + policy
-    builds = sum(REFERENCE_BUILD_S[b] for b in {v.build for v in chosen}) * cfg.num_envs / 4
-    return REFERENCE_OVERHEAD * cfg.rounds * (ms / 1000.0 * cfg.steps * cfg.num_envs + builds)
+    parts = []
+    for r in range(cfg.rounds):
+        built = None
+        for v in _chosen(cfg, only):
+            ms = REFERENCE_MS_PER_ENV_STEP[v.name.split(" ")[0]] * (0.5 + 0.5 * pixels)
+            if cost is not None:
+                n = cfg.num_envs
+                batch = {"pipeline": n // cfg.stages, "dynamic": cfg.max_batch or max(1, n // 2)}.get(v.mode, n)
+                policy = cost.per_env_step_ms(batch, cfg.chunk)
+                ms = max(ms, policy) if v.mode in ("pipeline", "dynamic") else ms + policy
+            build = v.build if built != v.build else None
+            built = v.build
+            parts.append(Part(f"round {r + 1}/{cfg.rounds}: {v.name}", v.name, REFERENCE_OVERHEAD * ms / 1000.0 * cfg.steps * cfg.num_envs,
+                              build, REFERENCE_OVERHEAD * REFERENCE_BUILD_S[v.build] * cfg.num_envs / 4 if build else 0.0))
+    return parts
 
 
-def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
-    """Run the ablation; writes ``fastenv_bench.json`` and ``fastenv_bench.png`` in ``cfg.out``."""
+def estimate_seconds(cfg: BenchConfig, only: list[str] | None = None) -> float:
+    """How long ``run`` takes on the reference 2-core machine (machines differ by 2-3x: ``run``
+    measures its own time; see ``reference_parts``)."""
+    return sum(p.reference_s + p.reference_build_s for p in reference_parts(cfg, only))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+class _Bar:
+    """The run's progress bar: its share done and time left come from the ``RunClock`` (what each
+    configuration costs here), not from counted steps; every estimate is kept in the clock's history."""
+
+    NOTE_EVERY_S = 5.0
+
+    def __init__(self, clock: RunClock) -> None:
+        from tqdm import tqdm
+
+        self.clock, self.label, self.last_shown, self.last_note = clock, "", -math.inf, -math.inf
+        self.tqdm = tqdm(total=1000, desc="fastenv bench", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}{postfix}",
+                         mininterval=1.0)
+
+    def show(self, label: str | None = None, force: bool = False) -> None:
+        now = time.perf_counter()
+        if label is not None:
+            self.label = label
+        if not force and now - self.last_shown < 1.0:
+            return
+        self.last_shown = now
+        if force or now - self.last_note >= self.NOTE_EVERY_S:
+            self.last_note = now
+            total = self.clock.note(now)
+        else:
+            total = self.clock.total(now)
+        elapsed = now - (self.clock.started or now)
+        if total:
+            self.tqdm.n = min(1000, int(1000 * elapsed / total))
+            self.tqdm.set_postfix_str(f"about {_minutes(max(0.0, total - elapsed))} left; {self.label}", refresh=False)
+        else:
+            self.tqdm.set_postfix_str(f"measuring this machine; {self.label}", refresh=False)
+        self.tqdm.refresh()
+
+    def close(self) -> None:
+        self.tqdm.n = 1000
+        self.tqdm.set_postfix_str(self.label, refresh=False)
+        self.tqdm.close()
+
+
+def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the ablation; writes ``fastenv_bench.json`` and ``fastenv_bench.png`` in ``cfg.out``.
+
+    ``announce`` is told, once the first configuration's first round has run, how long the whole
+    run takes on this machine (that round measured, the others by their reference ratios to it).
+    """
     import torch
-    from tqdm import tqdm
 
     from fastenv.policy import ChunkPolicy
 
     cfg.check()
+    clock = RunClock(reference_parts(cfg, only))
+    clock.start(time.perf_counter())
+    announced: dict[str, float] | None = None
     policy_cores, env_cores = cores(cfg.policy_cores)
     previous_affinity = os.sched_getaffinity(0)
-    chosen = [v for v in variants(cfg) if only is None or v.name.split(" ")[0] in only]
+    chosen = _chosen(cfg, only)
     samples: dict[str, list[dict[str, Any]]] = {v.name: [] for v in chosen}
     vec = None
     builds = 0
+    bar = _Bar(clock)
     try:
         os.sched_setaffinity(0, policy_cores)  # env processes pin themselves to env_cores
         device = _device(cfg.device, policy_cores)
         vla = VLACost(cfg, device)
-        total = cfg.steps * cfg.num_envs * len(chosen) * cfg.rounds
-        with tqdm(total=total, unit="step", desc="fastenv bench", mininterval=1.0) as progress:
-            for r in range(cfg.rounds):
-                built = None
-                for variant in chosen:
-                    progress.set_postfix_str(f"round {r + 1}/{cfg.rounds}: {variant.name}")
-                    # One vector env per kind of build and round (building is not timed): the
-                    # chunked configurations differ only in how they are driven and in the modes
-                    # run_variant sets, so they share one. Fresh env processes every round, and
-                    # only one vector env alive at a time: robosuite's hard resets leak memory
-                    # (GBs over a few hundred), and a LIBERO env holds about a GB.
-                    if built != variant.build:
-                        if vec is not None:
-                            vec.close()
-                            vec = None
-                        vec, built = _build(cfg, variant.build, env_cores), variant.build
-                        builds += 1
-                    space = vec.single_observation_space
-                    torch.manual_seed(cfg.seed)
-                    policy = ChunkPolicy(space[IMAGE_KEY].shape, space[STATE_KEY].shape[0], cfg.chunk, 7).to(device).eval()
-                    samples[variant.name].append(run_variant(cfg, variant, vec, policy, device, progress, vla))
-                if vec is not None:
-                    vec.close()
+        index = 0
+        for r in range(cfg.rounds):
+            built = None
+            for variant in chosen:
+                label = f"round {r + 1}/{cfg.rounds}: {variant.name}"
+                # One vector env per kind of build and round (building is not timed): the
+                # chunked configurations differ only in how they are driven and in the modes
+                # run_variant sets, so they share one. Fresh env processes every round, and
+                # only one vector env alive at a time: robosuite's hard resets leak memory
+                # (GBs over a few hundred), and a LIBERO env holds about a GB.
+                if built != variant.build:
+                    clock.start_build(variant.build, time.perf_counter())  # closing the last one counts with it
+                    bar.show(f"{label} (building its envs)", force=True)
+                    if vec is not None:
+                        vec.close()
+                        vec = None
+                    vec, built = _build(cfg, variant.build, env_cores), variant.build
+                    clock.built(time.perf_counter())
+                    builds += 1
+                clock.start_part(index, time.perf_counter())
+                bar.show(label, force=True)
+                space = vec.single_observation_space
+                torch.manual_seed(cfg.seed)
+                policy = ChunkPolicy(space[IMAGE_KEY].shape, space[STATE_KEY].shape[0], cfg.chunk, 7).to(device).eval()
+
+                def progress(done: int, target: int) -> None:
+                    clock.progress(done / target, time.perf_counter())
+                    bar.show()
+
+                samples[variant.name].append(run_variant(cfg, variant, vec, policy, device, progress, vla))
+                if variant is chosen[-1] and vec is not None:
+                    vec.close()  # a round's last part closes its envs: part of its time
                     vec = None
+                clock.finish_part(time.perf_counter())
+                index += 1
+                bar.show(force=True)
+                if announced is None:
+                    now = time.perf_counter()
+                    total = clock.total(now)
+                    announced = {"total_s": round(total, 1), "at_s": round(now - clock.started, 1)}  # type: ignore[arg-type, operator]
+                    if announce is not None and index < len(clock.parts):
+                        announce(f"about {_minutes(total)} in all on this machine ({variant.name}'s first round took "  # type: ignore[arg-type]
+                                 f"{now - clock.started:.0f} s here, its build included; the other configurations "
+                                 "estimated from it by their reference ratios until each has run once)")
     finally:
+        bar.close()
         if vec is not None:
             vec.close()
         os.sched_setaffinity(0, previous_affinity)
+    seconds = time.perf_counter() - clock.started  # type: ignore[operator]
     rows = summarize(chosen, samples, len(env_cores))
     payload = {
         "benchmark": "fastenv bench",
@@ -515,6 +608,13 @@ def run(cfg: BenchConfig, only: list[str] | None = None) -> dict[str, Any]:
         "vector_env_builds": builds,  # one per kind of build (stock, slim, chunked) and round
         "episode_lengths": episode_lengths(cfg),
         "results": rows,
+        # The run's own time: what was announced after the first part, the bar's estimate of the whole
+        # run as it went ((elapsed, estimated total) in seconds), and what each part took here.
+        "timing": {"seconds": round(seconds, 1), "announced": announced, "reference_estimate_s": round(estimate_seconds(cfg, only), 1),
+                   "estimates": clock.history,
+                   "parts": [{"part": p.name, "reference_s": round(p.reference_s, 1)} for p in clock.parts],
+                   "measured_s": {k: round(v, 1) for k, v in clock.measured.items()},
+                   "builds_s": {k: round(v, 1) for k, v in clock.built_s.items()}},
         "machine": {**measured_on(), "cores_available": len(previous_affinity)},
     }
     out = Path(cfg.out)

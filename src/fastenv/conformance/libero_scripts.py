@@ -69,10 +69,13 @@ def _chunk(features: np.ndarray, rows: int) -> np.ndarray:
 
 
 class _Suites:
-    """LIBERO's benchmark module with each suite cut to its first ``tasks`` tasks."""
+    """LIBERO's benchmark module with each suite cut to its first ``tasks`` tasks; a suite named in
+    ``tasks_of`` (a standard one) gives another's tasks and init states (a perturbed suite's), as
+    LIBERO-PRO's README has the loops evaluate its suites: the perturbed suite's tasks, under the
+    name, and so the step budget, of its base suite."""
 
-    def __init__(self, benchmark: Any, tasks: int) -> None:
-        self._benchmark, self._tasks = benchmark, tasks
+    def __init__(self, benchmark: Any, tasks: int, tasks_of: dict[str, str] | None = None) -> None:
+        self._benchmark, self._tasks, self._tasks_of = benchmark, tasks, dict(tasks_of or {})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._benchmark, name)
@@ -87,7 +90,8 @@ class _Suites:
                 return suite
             return make
 
-        return {name: cut(cls) for name, cls in self._benchmark.get_benchmark_dict().items()}
+        suites = self._benchmark.get_benchmark_dict()
+        return {name: cut(suites[self._tasks_of.get(name, name)]) for name in suites}
 
 
 @contextlib.contextmanager
@@ -143,9 +147,10 @@ def _env_factory(variant: str, log: list[dict[str, Any]], sims: list[Any]) -> An
 
 
 def run_openpi(root: Path, variant: str, *, suite: str, tasks: int, trials: int, replan_steps: int = 5,
-               policy: Any = None) -> dict[str, Any]:
+               policy: Any = None, tasks_of: str | None = None) -> dict[str, Any]:
     """openpi's examples/libero/main.py, one of ``VARIANTS``; ``policy(element) -> chunk`` answers
-    for its model server (default: the projection of both images and the state, 10 rows)."""
+    for its model server (default: the projection of both images and the state, 10 rows);
+    ``tasks_of``: a perturbed suite whose tasks run under ``suite``'s name and budget (``_Suites``)."""
     from libero.libero import benchmark
 
     from fastenv.integrations.libero_eval import patch
@@ -173,7 +178,7 @@ def run_openpi(root: Path, variant: str, *, suite: str, tasks: int, trials: int,
         module = _exec_script("openpi_libero_main", root / "examples" / "libero" / "main.py", source)
         module._websocket_client_policy = _module("ws", WebsocketClientPolicy=Client)
         module.OffScreenRenderEnv = _env_factory(variant, log, sims)
-        module.benchmark = _Suites(benchmark, tasks)
+        module.benchmark = _Suites(benchmark, tasks, {suite: tasks_of} if tasks_of else None)
         start = time.perf_counter()
         module.eval_libero(module.Args(task_suite_name=suite, num_trials_per_task=trials, replan_steps=replan_steps, video_out_path=out))
         seconds = time.perf_counter() - start

@@ -28,9 +28,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "results and success rates per task and suite, and prints a table. An episode's result depends on the episode "
         "only: --episode ID replays one alone, --resume goes on from a run that stopped.",
     )
-    p.add_argument("--policy", required=True, action="append", metavar="POLICY", help=POLICY_HELP)
+    p.add_argument("--policy", action="append", metavar="POLICY", help=POLICY_HELP + " (required, but with --list-suites)")
+    p.add_argument("--list-suites", action="store_true",
+                   help="list every suite of the installed LIBERO: its tasks, init states, step budget, and whether it runs or why not "
+                        "(with --out, also as JSON); runs nothing")
     p.add_argument("--suite", action="append", default=None, metavar="SUITE",
-                   help=f"a LIBERO suite (repeat for several; default libero_spatial): {', '.join(MAX_STEPS)}")
+                   help=f"a LIBERO suite (repeat for several; default libero_spatial): {', '.join(MAX_STEPS)}, libero_100 "
+                   "(libero_90 and libero_10), or any suite of the installed LIBERO that perturbs one of them and ships init "
+                   "states (LIBERO-PRO's libero_spatial_swap, libero_goal_lan, libero_10_with_mug, ...; LIBERO-plus keeps the "
+                   "standard names), each on its base suite's step budget")
     p.add_argument("--tasks", default=None, help="the tasks of each suite, e.g. 0,3,5-7 (default: all)")
     p.add_argument("--episodes", type=int, default=50, help="episodes per task, on init states 0..N-1 (default %(default)s)")
     p.add_argument("--seed", type=int, default=7, help="the envs' seed, as the reference loops seed them (default %(default)s)")
@@ -127,10 +133,43 @@ def make_policies(specs: list[str], timeout: float = 120.0) -> list[Any]:
     return [make_policy(spec, timeout) for spec in specs]
 
 
+def list_suites(out: str | None) -> int:
+    """``--list-suites``: the installed distribution's suites as a table (and JSON at ``out``)."""
+    import json
+
+    from fastenv.backends.libero.mujoco_facts import installed_stack
+    from fastenv.eval.episodes import suite_table
+
+    rows = suite_table()
+    print("| suite | tasks | init states a task | steps an episode | fastenv eval |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        states = "-" if not r["init_states"] else "{}".format(r["init_states"][0]) if r["init_states"][0] == r["init_states"][1] else \
+            "{}..{}".format(*r["init_states"])
+        budget = r["max_steps"] if not isinstance(r["max_steps"], dict) else ", ".join(f"{k} {v}" for k, v in r["max_steps"].items())
+        why = str(r["why"]).removeprefix(f"{r['suite']}: ").removeprefix(f"{r['suite']} ").split(" (")[0]
+        empty = r.get("tasks_without_init_states") or []
+        runs = "runs" + (f" (not task {', '.join(map(str, empty))}: no init states)" if empty else "")
+        print(f"| {r['suite']} | {r['tasks'] if r['tasks'] is not None else '-'} | {states} | {budget or '-'} | "
+              f"{runs if r['runs'] else 'refused: ' + why} |")
+    runs = sum(r["runs"] for r in rows)
+    print(f"\n{runs} of {len(rows)} suites run ({installed_stack().get('libero distribution', 'the installed LIBERO')})")
+    if out:
+        with open(out, "w") as fh:
+            json.dump({"command": "fastenv eval --list-suites --out " + out, "stack": installed_stack(), "runs": runs, "suites": rows}, fh, indent=1)
+        print(f"wrote {out}")
+    return 0
+
+
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from fastenv.eval.policies import CostlyPolicy
     from fastenv.eval.protocol import Protocol
     from fastenv.eval.runner import EvalError, run
+
+    if args.list_suites:
+        return list_suites(args.out)
+    if not args.policy:
+        parser.error("the following arguments are required: --policy (or --list-suites)")
 
     overrides = {k: getattr(args, k) for k in ("replan_steps", "num_steps_wait", "max_steps", "camera_size", "resize_size")
                  if getattr(args, k) is not None}
@@ -196,7 +235,8 @@ def report(payload: dict[str, Any], out: str | None) -> str:
             lines.append(f"  {describe_choice(q['tuned'])}")
     memory = r["worker_max_rss_mb"]
     if memory:
-        lines.append("worker memory (peak RSS, MB): " + ", ".join(f"{k}: {v:.0f}" for k, v in memory.items()))
+        lines.append("worker memory (peak RSS, MB): " + ", ".join(f"{k}: {'idle (ran no episode)' if not v else f'{v:.0f}'}"
+                                                                  for k, v in memory.items()))
     if r["resumed_from"]:
         lines.append(f"{r['resumed_from']} episodes kept from {out}")
     if out:

@@ -9,16 +9,57 @@ task on its init state ``i``), checking every suite and task before anything is 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["MAX_STEPS", "Episode", "episode_list", "parse_tasks", "suite_tasks"]
+__all__ = ["MAX_STEPS", "SUITE_GROUPS", "Episode", "base_suite", "episode_list", "evaluable_suites", "parse_tasks", "suite_budget",
+           "suite_table", "suite_tasks"]
 
 # The policy steps an episode may take, per suite: openpi's examples/libero/main.py and
 # OpenVLA-OFT's run_libero_eval.py (each: its longest training demo, plus a margin).
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
+
+# Suites made of others (LIBERO's paper: LIBERO-100 is LIBERO-90 and LIBERO-10); the distributions
+# list libero_100 without tasks of its own, so an evaluation runs its two parts, each on its budget.
+SUITE_GROUPS = {"libero_100": ("libero_90", "libero_10")}
+
+
+def base_suite(suite: str) -> str | None:
+    """The standard suite ``suite`` perturbs (itself for a standard one; None: none).
+
+    LIBERO-PRO names its suites ``<standard suite>_<perturbation>`` (``libero_spatial_swap``,
+    ``libero_10_with_mug``, ``libero_goal_lan``, ...); LIBERO-plus keeps the standard names for its
+    perturbed tasks (``libero_spatial`` has 2,402 of them there).
+    """
+    if suite in MAX_STEPS:
+        return suite
+    for base in sorted(MAX_STEPS, key=len, reverse=True):
+        if suite.startswith(base + "_"):
+            return base
+    return None
+
+
+def suite_budget(suite: str) -> int:
+    """The policy steps an episode of ``suite`` may take: its base suite's (``MAX_STEPS``).
+
+    A perturbed suite takes its base suite's budget: LIBERO-PRO's README evaluates its suites in
+    the models' own loops, which keep the base suite's name for their step budget (its own
+    evaluator's example for libero_10 sets ``rollout.max_steps=520``), and LIBERO-plus's README
+    evaluates as LIBERO does (only ``num_trials_per_task`` changes, to 1). A suite that perturbs no
+    standard one (LIBERO-PRO's ``libero_mine``, ``libero_study_table``) has no published budget:
+    ValueError, naming ``max_steps`` to give.
+    """
+    base = base_suite(suite)
+    if base is None:
+        raise ValueError(f"{suite} has no published step budget (it is neither a standard LIBERO suite, {', '.join(MAX_STEPS)}, "
+                         "nor a perturbation of one): give the steps an episode may take, max_steps (--max-steps)")
+    return MAX_STEPS[base]
+
+
+def expand_suites(suites: Iterable[str]) -> list[str]:
+    """``suites`` with each group (``SUITE_GROUPS``) replaced by its parts."""
+    return [part for suite in suites for part in SUITE_GROUPS.get(suite, (suite,))]
 
 
 @dataclass(frozen=True)
@@ -45,13 +86,41 @@ class Episode:
         return cls(parts[0], int(parts[1]), int(parts[2]), seed)
 
 
+def _distribution() -> str:
+    from fastenv.backends.libero.mujoco_facts import installed_stack
+
+    return installed_stack().get("libero distribution", "the installed LIBERO")
+
+
+def _init_state_counts(suite: str, bench: Any, tasks: Iterable[int]) -> dict[int, int]:
+    """Each task's number of init states; a suite whose distribution ships none is refused, saying so."""
+    counts = {}
+    for t in tasks:
+        try:
+            counts[t] = len(bench.get_task_init_states(t))
+        except OSError as exc:  # LIBERO-PRO: "Initialization states unavailable: PATH ..."
+            why = str(exc).split(". ")[0]
+            raise ValueError(f"{suite}: {_distribution()} ships no init states for it (task {t}: {why}), so its episodes cannot "
+                             "start as the reference loops start them. LIBERO-PRO makes them with its own generate_init_states.py "
+                             "(the suites _object_ood, _relation_ood, _semantic_ood, _env, _temp and _with_alphabet_soup ship "
+                             "without them); choose a suite that ships them") from None
+        except Exception as exc:  # noqa: BLE001 (LIBERO-plus's loader raises UnboundLocalError on libero_90's files)
+            raise ValueError(f"{suite}: {_distribution()}'s own loader fails on its init states (task {t}: {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}), so its episodes cannot start as the reference loops "
+                             "start them") from None
+    return counts
+
+
 def suite_tasks(suite: str) -> tuple[int, int]:
-    """``(number of tasks, init states per task)`` of a LIBERO suite; an unknown suite is refused
-    with the known ones (LIBERO's benchmark table is read; no simulator is built)."""
+    """``(number of tasks, init states per task)`` of a LIBERO suite (its first task's); an unknown
+    suite is refused with the known ones, one without init states saying so (LIBERO's benchmark
+    table and init states are read; no simulator is built)."""
     from fastenv.backends.libero.task import load_suite
 
     bench = load_suite(suite)
-    return bench.n_tasks, len(bench.get_task_init_states(0))
+    if bench.n_tasks == 0:
+        raise ValueError(f"{suite} has no tasks in {_distribution()}")
+    return bench.n_tasks, _init_state_counts(suite, bench, [0])[0]
 
 
 def parse_tasks(text: str | Sequence[int] | None) -> list[int] | None:
@@ -75,30 +144,77 @@ def episode_list(
     """Every episode of ``suites``: for each task (all, or ``tasks``), ``episodes`` episodes on init
     states ``first_init_state .. first_init_state + episodes - 1``, in suite, task, init state
     order. Unknown suites, tasks, or more episodes than a task has init states, are refused."""
-    suites = list(suites)
+    suites = expand_suites(suites)
     if not suites:
-        raise ValueError("no suite given: expected one or more of " + ", ".join(MAX_STEPS))
+        raise ValueError("no suite given: expected one or more of " + ", ".join(MAX_STEPS) + " or a perturbed suite")
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes per task must be an int >= 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
+    from fastenv.backends.libero.task import load_suite
+
     out: list[Episode] = []
     for suite in suites:
-        if suite not in MAX_STEPS:
-            close = difflib.get_close_matches(str(suite).lower(), list(MAX_STEPS), n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}the evaluation knows {sorted(MAX_STEPS)} (their step budgets)")
-        n_tasks, n_states = suite_tasks(suite)
+        bench = load_suite(suite)  # an unknown name: the closest one and the installed distribution's suites
+        n_tasks = bench.n_tasks
+        if n_tasks == 0:
+            raise ValueError(f"{suite} has no tasks in {_distribution()}")
         chosen = tasks.get(suite) if isinstance(tasks, Mapping) else tasks
         chosen = list(range(n_tasks)) if chosen is None else list(chosen)
         bad = [t for t in chosen if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n_tasks]
         if bad:
             raise ValueError(f"{suite} has tasks 0..{n_tasks - 1}; got {bad}")
-        if not 0 <= first_init_state or first_init_state + episodes > n_states:
-            raise ValueError(f"{suite}'s tasks have {n_states} init states; episodes {first_init_state}.."
-                             f"{first_init_state + episodes - 1} asked")
+        counts = _init_state_counts(suite, bench, chosen)
+        empty = [t for t, n in counts.items() if n == 0]
+        if empty:
+            keep = [t for t in range(n_tasks) if t not in empty]
+            raise ValueError(f"{suite}: {_distribution()} ships no init states for task{'s' * (len(empty) > 1)} "
+                             f"{', '.join(map(str, empty))} (an empty file), so {'they' if len(empty) > 1 else 'it'} cannot start as the "
+                             f"reference loops start them; --tasks {','.join(map(str, keep))} runs the others")
+        fewest = min(counts, key=counts.__getitem__) if counts else None
+        if fewest is not None and (not 0 <= first_init_state or first_init_state + episodes > counts[fewest]):
+            n = counts[fewest]
+            which = f"{suite}'s tasks have" if len(set(counts.values())) == 1 else f"{suite}'s task {fewest} has"
+            raise ValueError(f"{which} {n} init state{'s' * (n != 1)}; episodes {first_init_state}..{first_init_state + episodes - 1} "
+                             f"asked (--episodes {n} or fewer{'; LIBERO-plus evaluates one a task' if n == 1 else ''})")
         out += [Episode(suite, t, first_init_state + i, seed) for t in chosen for i in range(episodes)]
     ids = [e.id for e in out]
     if len(set(ids)) != len(ids):
         raise ValueError("the episode list names an episode twice (a suite or task given twice?)")
     return out
+
+
+def suite_table() -> list[dict[str, Any]]:
+    """Every suite the installed distribution lists: its tasks, init states per task (fewest,
+    most), step budget, and whether an evaluation runs it or why not (no simulator is built)."""
+    from fastenv.backends.libero.task import import_libero, load_suite
+
+    rows = []
+    for name in sorted(import_libero().benchmark.get_benchmark_dict()):
+        row: dict[str, Any] = {"suite": name, "tasks": None, "init_states": None, "tasks_without_init_states": [], "max_steps": None,
+                               "runs": False, "why": None}
+        try:
+            parts = SUITE_GROUPS.get(name, (name,))
+            benches = [load_suite(part) for part in parts]
+            row["tasks"] = sum(b.n_tasks for b in benches)
+            per_task = {(part, t): n for part, b in zip(parts, benches) for t, n in _init_state_counts(part, b, range(b.n_tasks)).items()}
+            counts = [n for n in per_task.values() if n > 0]
+            row["init_states"] = [min(counts), max(counts)] if counts else None
+            # tasks whose init-state file is empty (LIBERO-PRO's libero_10_with_milk 3 and 4): the others run
+            row["tasks_without_init_states"] = [t for (_, t), n in per_task.items() if n == 0]
+            budgets = {part: suite_budget(part) for part in parts}
+            row["max_steps"] = budgets[name] if name in budgets else budgets
+            if not counts:
+                raise ValueError(f"{name} has no tasks in {_distribution()}")
+            row["runs"] = True
+        except ValueError as exc:
+            row["why"] = str(exc)
+        rows.append(row)
+    return rows
+
+
+def evaluable_suites() -> tuple[list[str], dict[str, str]]:
+    """The installed distribution's suites an evaluation runs on their own budgets (their tasks
+    ship init states), and every other suite with the reason it is refused."""
+    rows = suite_table()
+    return [r["suite"] for r in rows if r["runs"]], {r["suite"]: r["why"] for r in rows if not r["runs"]}

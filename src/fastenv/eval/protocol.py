@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fastenv.eval.episodes import MAX_STEPS
+from fastenv.eval.episodes import suite_budget
 
 __all__ = ["DUMMY_ACTION", "Protocol", "axis_angle", "check_chunk", "openpi_element", "resize_with_pad"]
 
@@ -34,7 +34,7 @@ class Protocol:
     replan_steps: int = 5
     resize_size: int = 224
     camera_size: int = 256
-    max_steps: int | None = None  # None: the suite's budget (MAX_STEPS)
+    max_steps: int | None = None  # None: the suite's budget (its base suite's, episodes.suite_budget)
     video_fps: int = 10
     loop: str = "openpi"  # the episode loop the workers run (fastenv.eval.worker.LOOPS)
 
@@ -60,7 +60,8 @@ class Protocol:
         return cls(**{**presets[name], **overrides})
 
     def steps_for(self, suite: str) -> int:
-        return self.max_steps if self.max_steps is not None else MAX_STEPS[suite]
+        """The policy steps an episode of ``suite`` may take: ``max_steps``, else the suite's budget."""
+        return self.max_steps if self.max_steps is not None else suite_budget(suite)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -582,6 +582,8 @@ def run(
     if context not in multiprocessing.get_all_start_methods() or context == "fork":
         raise ValueError(f"context must be 'spawn' or 'forkserver' (LIBERO's renderer does not survive a fork), got {context!r}")
     the_list = episode_list(suites, tasks=tasks, episodes=episodes, seed=seed)
+    for suite in dict.fromkeys(e.suite for e in the_list):
+        protocol.steps_for(suite)  # a suite without a published budget needs max_steps: refused before anything starts
     if only is not None:
         only = [only] if isinstance(only, str) else list(only)
         known = {e.id: e for e in the_list}
@@ -700,7 +702,9 @@ def run(
                 "max_batch": lane.max_batch if lane else None, "batch_timeout": lane.batch_timeout if lane else None,
                 "tuned": lane.tuned if lane else None, "restarts": state.restarts,
                 "policy": policy_figures, "policies": each_policy, "time_limit": time_limit,
-                "worker_max_rss_mb": {w.index: round(w.max_rss_mb, 1) for w in state.workers}, "backend": backend,
+                # a worker that finished no episode has no figure (None: idle), not 0 MB
+                "worker_max_rss_mb": {w.index: round(w.max_rss_mb, 1) if w.max_rss_mb > 0 else None for w in state.workers},
+                "backend": backend,
             },
         }
         if lines is not None:

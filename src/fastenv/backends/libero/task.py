@@ -66,17 +66,22 @@ def quiet_robosuite_import() -> None:
         logger.addFilter(_NoMacroFileNotice())
 
 
+_TASK_ORDER_LINES = ("[info] Applying task order index", "[info] Using default task order for benchmark", "[info] using task orders")
+
+
 @contextlib.contextmanager
 def without_task_order_line() -> Iterator[None]:
     """LIBERO's benchmark classes print "[info] Applying task order index 0 (permutation: ...)"
-    each time one is built (the default order, which fastenv's task ids follow): that line is
-    dropped, anything else they print passes."""
+    each time one is built (LIBERO-PRO's, for its other suites, "[info] Using default task order
+    for benchmark ..."; LIBERO-plus's "[info] using task orders [0, 1, ...]", thousands of ids):
+    the default order, which fastenv's task ids follow. Those lines are dropped, anything else
+    they print passes."""
     captured = io.StringIO()
     try:
         with contextlib.redirect_stdout(captured):
             yield
     finally:
-        kept = [line for line in captured.getvalue().splitlines(keepends=True) if not line.startswith("[info] Applying task order index")]
+        kept = [line for line in captured.getvalue().splitlines(keepends=True) if not line.startswith(_TASK_ORDER_LINES)]
         sys.stdout.write("".join(kept))
 
 
@@ -108,8 +113,11 @@ def load_suite(suite: str) -> object:
         close = difflib.get_close_matches(str(suite).lower(), list(suites), n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ValueError(f"unknown LIBERO suite {suite!r}; {hint}available suites: {sorted(suites)}")
-    with without_task_order_line():
-        return suites[suite]()
+    try:
+        with without_task_order_line():
+            return suites[suite]()
+    except KeyError as exc:  # LIBERO-plus lists libero_100 and libero_mix without a task table
+        raise ValueError(f"LIBERO suite {suite!r} is listed by the installed LIBERO but has no tasks there (KeyError: {exc})") from None
 
 
 @dataclass(frozen=True)
