@@ -47,3 +47,10 @@ def test_torchrl_ppo_libero():
               "--camera-size", "32", "--max-episode-steps", "40", "--epochs", "1", "--minibatch", "16")
     assert "batch 2: 64 chunks (512 simulator steps)" in out
     assert "0 episodes ended" not in out  # 40-step episodes in chunks of 8 end within each batch of 16 chunks per env
+
+
+def test_skrl_ppo_libero():
+    pytest.importorskip("skrl", reason='needs pip install -e ".[skrl]"')
+    out = run("skrl_ppo_libero.py", "--timesteps", "16", "--rollouts", "8", "--num-envs", "2", "--num-workers", "2", "--camera-size", "32",
+              "--max-episode-steps", "40", "--learning-epochs", "1", "--mini-batches", "2", "--write-interval", "0")
+    assert "trained 16 timesteps: 32 chunks (256 simulator steps)" in out
