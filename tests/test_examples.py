@@ -54,3 +54,10 @@ def test_skrl_ppo_libero():
     out = run("skrl_ppo_libero.py", "--timesteps", "16", "--rollouts", "8", "--num-envs", "2", "--num-workers", "2", "--camera-size", "32",
               "--max-episode-steps", "40", "--learning-epochs", "1", "--mini-batches", "2", "--write-interval", "0")
     assert "trained 16 timesteps: 32 chunks (256 simulator steps)" in out
+
+
+@pytest.mark.ci_sample("SBX's PPO on LIBERO")
+def test_sbx_ppo_libero():
+    pytest.importorskip("sbx", reason='needs pip install -e ".[sbx]"')
+    out = run("sbx_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "32")
+    assert "trained 64 chunks (512 simulator steps)" in out
