@@ -49,6 +49,9 @@ OPTIONAL = {
     "tensorboard": "cleanrl",
     "numba": "numba",
     "torchrl": "torchrl",
+    "skrl": "skrl",
+    "sbx": "sbx",
+    "jax": "sbx",
 }
 
 
