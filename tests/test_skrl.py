@@ -12,7 +12,6 @@ time-limit bootstrap, values, log-probabilities) and the returns and advantages 
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 
 import gymnasium as gym
