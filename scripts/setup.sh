@@ -27,7 +27,7 @@ python="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 case ",$extras," in
   # torch pinned; PyTorch's CPU index (PIP_EXTRA_INDEX_URL) gives the CPU wheel instead of CUDA packages.
-  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,torchrl,*|*,tianshou,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
+  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,torchrl,*|*,tianshou,*|*,skrl,*|*,sbx,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
 esac
 .venv/bin/python -m pip install -q -e ".[$extras]"
 case ",$extras," in

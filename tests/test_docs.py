@@ -50,6 +50,9 @@ OPTIONAL = {
     "numba": "numba",
     "torchrl": "torchrl",
     "tianshou": "tianshou",
+    "skrl": "skrl",
+    "sbx": "sbx",
+    "jax": "sbx",
 }
 
 

@@ -54,3 +54,17 @@ def test_tianshou_ppo_libero():
     out = run("tianshou_ppo_libero.py", "--epochs", "1", "--epoch-num-steps", "32", "--collection-step-num-env-steps", "16", "--num-envs", "2",
               "--num-test-envs", "0", "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--batch-size", "16")
     assert "trained 32 chunks (128 simulator steps), 2 episodes" in out  # 40-step episodes of 10 chunks ended
+
+
+def test_skrl_ppo_libero():
+    pytest.importorskip("skrl", reason='needs pip install -e ".[skrl]"')
+    out = run("skrl_ppo_libero.py", "--timesteps", "16", "--rollouts", "8", "--num-envs", "2", "--num-workers", "2", "--camera-size", "32",
+              "--max-episode-steps", "40", "--learning-epochs", "1", "--mini-batches", "2", "--write-interval", "0")
+    assert "trained 16 timesteps: 32 chunks (256 simulator steps)" in out
+
+
+@pytest.mark.ci_sample("SBX's PPO on LIBERO")
+def test_sbx_ppo_libero():
+    pytest.importorskip("sbx", reason='needs pip install -e ".[sbx]"')
+    out = run("sbx_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "32")
+    assert "trained 64 chunks (512 simulator steps)" in out
