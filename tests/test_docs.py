@@ -49,6 +49,7 @@ OPTIONAL = {
     "tensorboard": "cleanrl",
     "numba": "numba",
     "torchrl": "torchrl",
+    "tree": "rllib",  # dm-tree: RLlib's import needs it, Ray's does not
 }
 
 
@@ -130,6 +131,8 @@ def missing_optional(code: str) -> list[str]:
         needed.add("ray")
     if "fastenv.integrations.sb3" in code:
         needed.add("stable_baselines3")
+    if "ray.rllib" in code:
+        needed.add("tree")
     return sorted(name for name in needed & set(OPTIONAL) if importlib.util.find_spec(name) is None)
 
 

@@ -47,3 +47,11 @@ def test_torchrl_ppo_libero():
               "--camera-size", "32", "--max-episode-steps", "40", "--epochs", "1", "--minibatch", "16")
     assert "batch 2: 64 chunks (512 simulator steps)" in out
     assert "0 episodes ended" not in out  # 40-step episodes in chunks of 8 end within each batch of 16 chunks per env
+
+
+def test_rllib_ppo_libero():
+    pytest.importorskip("tree", reason='needs pip install -e ".[rllib]"')
+    out = run("rllib_ppo_libero.py", "--iterations", "2", "--batch", "32", "--minibatch", "16", "--epochs", "1", "--num-envs", "2",
+              "--num-workers", "2", "--max-episode-steps", "40")
+    assert "iteration 2: 64 chunks sampled" in out
+    assert " 0 episodes ended" not in out  # 40-step episodes are 5 chunks: each env ends 3 in 32 chunks
