@@ -71,8 +71,8 @@ def make_vec(
     if maniskill.uses_gpu(num_envs, sim_backend):
         mode = autoreset_mode_of(vector.pop("autoreset_mode", AutoresetMode.SAME_STEP))
         if mode is not AutoresetMode.SAME_STEP:
-            raise ValueError(f"the GPU env (batched in one process) autoresets in the same step only: autoreset_mode must be SAME_STEP, got {mode} "
-                             "(RLlib's env runners need NEXT_STEP); the CPU workers (sim_backend='physx_cpu') run every mode")
+            raise ValueError(f"the GPU env (batched in one process) autoresets in the same step only: autoreset_mode must be SAME_STEP, got {mode}; "
+                             "the CPU workers (sim_backend='physx_cpu') run every mode, RLlib's NEXT_STEP among them")
         if vector:
             raise ValueError(f"{sorted(vector)} are options of the CPU workers; a GPU env is batched in one process")
         return maniskill.make_batched(
