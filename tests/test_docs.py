@@ -53,6 +53,7 @@ OPTIONAL = {
     "skrl": "skrl",
     "sbx": "sbx",
     "jax": "sbx",
+    "tree": "rllib",  # dm-tree: RLlib's import needs it, Ray's does not
 }
 
 
@@ -134,6 +135,8 @@ def missing_optional(code: str) -> list[str]:
         needed.add("ray")
     if "fastenv.integrations.sb3" in code:
         needed.add("stable_baselines3")
+    if "ray.rllib" in code:
+        needed.add("tree")
     return sorted(name for name in needed & set(OPTIONAL) if importlib.util.find_spec(name) is None)
 
 

@@ -68,3 +68,11 @@ def test_sbx_ppo_libero():
     pytest.importorskip("sbx", reason='needs pip install -e ".[sbx]"')
     out = run("sbx_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "32")
     assert "trained 64 chunks (512 simulator steps)" in out
+
+
+def test_rllib_ppo_libero():
+    pytest.importorskip("tree", reason='needs pip install -e ".[rllib]"')
+    out = run("rllib_ppo_libero.py", "--iterations", "2", "--batch", "32", "--minibatch", "16", "--epochs", "1", "--num-envs", "2",
+              "--num-workers", "2", "--max-episode-steps", "40")
+    assert "iteration 2: 64 chunks sampled" in out
+    assert " 0 episodes ended" not in out  # 40-step episodes are 5 chunks: each env ends 3 in 32 chunks

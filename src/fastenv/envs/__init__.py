@@ -26,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 
 from fastenv.core.registry import register_builtin
+from fastenv.envs.options import built_by_rllib
 from fastenv.vector import VECTOR_OPTIONS, BatchedEnv
 
 
@@ -112,10 +113,17 @@ def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
             "AsyncVectorEnv with vector_kwargs={'context': 'spawn'} (and the main guard, "
             "if __name__ == '__main__':); vectorization_mode='sync' runs the envs in this process"
         )
+    batched = kwargs.get("num_envs") is not None or any(key in kwargs for key in (*VECTOR_OPTIONS, "vector_kwargs"))
+    if batched and entry.vector and built_by_rllib(frame):
+        raise ValueError(
+            f"RLlib's env runner is building single {env_id} envs (gym_env_vectorize_mode='sync', its default) with vector "
+            f"options {sorted(key for key in kwargs if key in (*VECTOR_OPTIONS, 'vector_kwargs', 'num_envs'))}: "
+            "pass .env_runners(gym_env_vectorize_mode='vector_entry_point') to the config for fastenv's vector env"
+        )
     make_env = importlib.import_module(entry.module).make_env
     limit = gym_make_time_limit(frame)
     if limit is not None:
-        if kwargs.get("num_envs") is not None or any(key in kwargs for key in (*VECTOR_OPTIONS, "vector_kwargs")):
+        if batched:
             raise _batched_time_limit(env_id, limit)
         kwargs["max_episode_steps"] = limit
     env = make_env(**kwargs)
