@@ -171,6 +171,18 @@ class RandomLengthEnv(gym.Env):
         return self._obs(), reward, done and not self.ends_by_truncation, done and self.ends_by_truncation, info
 
 
+class FlatRandomLengthEnv(RandomLengthEnv):
+    """RandomLengthEnv observing one float64 vector ``[x, t]`` (what MLP-only libraries such as
+    rl_games take; float64 as many Gymnasium envs give it)."""
+
+    def __init__(self, max_len: int = 12) -> None:
+        super().__init__(max_len=max_len)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float64)
+
+    def _obs(self):
+        return np.array([*self.x, self.t], np.float64)
+
+
 class QuietEnv(RandomLengthEnv):
     """RandomLengthEnv whose resets and steps give empty infos (as most Gymnasium envs do)."""
 
