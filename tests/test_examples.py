@@ -54,3 +54,10 @@ def test_tianshou_ppo_libero():
     out = run("tianshou_ppo_libero.py", "--epochs", "1", "--epoch-num-steps", "32", "--collection-step-num-env-steps", "16", "--num-envs", "2",
               "--num-test-envs", "0", "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--batch-size", "16")
     assert "trained 32 chunks (128 simulator steps), 2 episodes" in out  # 40-step episodes of 10 chunks ended
+
+
+def test_rl_games_ppo_libero(tmp_path):
+    pytest.importorskip("rl_games", reason="needs rl_games (scripts/setup.sh installs it)")
+    out = run("rl_games_ppo_libero.py", "--epochs", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "16", "--minibatch", "16",
+              "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--train-dir", str(tmp_path))
+    assert "epoch 2: 64 chunks (256 simulator steps), 6 episodes ended" in out  # 40-step episodes of 10 chunks
