@@ -183,6 +183,22 @@ class FlatRandomLengthEnv(RandomLengthEnv):
         return np.array([*self.x, self.t], np.float64)
 
 
+class ScoredEnv(FlatRandomLengthEnv):
+    """FlatRandomLengthEnv that reports its episode's return as ``info["scores"]`` when the episode
+    ends (the key rl_games' default observer logs)."""
+
+    def reset(self, *, seed=None, options=None):
+        self.episode_return = 0.0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.episode_return += reward
+        if terminated or truncated:
+            info["scores"] = self.episode_return
+        return obs, reward, terminated, truncated, info
+
+
 class QuietEnv(RandomLengthEnv):
     """RandomLengthEnv whose resets and steps give empty infos (as most Gymnasium envs do)."""
 

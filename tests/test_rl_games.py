@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from helpers import assert_identical  # noqa: E402
 from rl_games.common import env_configurations  # noqa: E402
 from rl_games.common.gym_compat import wrap_gymnasium_env  # noqa: E402
-from rl_games.torch_runner import Runner  # noqa: E402
+from rl_games_runs import ppo_params, train  # noqa: E402
 
 from fastenv.integrations.rl_games import RlGamesVecEnv, register  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
@@ -79,67 +79,10 @@ def ray_session():
     ray.shutdown()
 
 
-def ppo_params(env_name, num_actors, horizon, train_dir, env_config=None):
-    """A small continuous PPO config in the shape of rl_games' own yaml examples."""
-    return {
-        "seed": 7,
-        "torch_threads": 0,
-        "algo": {"name": "a2c_continuous"},
-        "model": {"name": "continuous_a2c_logstd"},
-        "network": {
-            "name": "actor_critic",
-            "separate": False,
-            "space": {"continuous": {"mu_activation": "None", "sigma_activation": "None", "mu_init": {"name": "default"},
-                                     "sigma_init": {"name": "const_initializer", "val": 0.0}, "fixed_sigma": True}},
-            "mlp": {"units": [16], "activation": "elu", "initializer": {"name": "default"}},
-        },
-        "config": {
-            "name": "same_data", "env_name": env_name, "env_config": dict(env_config or {}), "device": "cpu", "ppo_device": "cpu",
-            "reward_shaper": {"scale_value": 1.0}, "normalize_input": False, "normalize_value": False, "normalize_advantage": True,
-            "value_bootstrap": True, "gamma": 0.9, "tau": 0.95, "learning_rate": 1e-3, "lr_schedule": None, "kl_threshold": 0.008,
-            "num_actors": num_actors, "horizon_length": horizon, "minibatch_size": num_actors * horizon, "mini_epochs": 1,
-            "e_clip": 0.2, "clip_value": False, "critic_coef": 1.0, "entropy_coef": 0.0, "bounds_loss_coef": 0.0,
-            "truncate_grads": False, "grad_norm": 1.0, "max_epochs": 2, "save_frequency": 0, "save_best_after": 1000,
-            "print_stats": False, "torch_compile": False, "train_dir": str(train_dir),
-        },
-    }
-
-
-def train(params):
-    """rl_games' PPO trained for the config's epochs; returns what each epoch's ``play_steps`` put in
-    the experience buffer (and its returns), every vector-env result it saw, and its episode stats."""
-    runner = Runner()
-    runner.load({"params": params})
-    agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
-    venv, log, rollouts = agent.vec_env, [], []
-    reset, step, play_steps = venv.reset, venv.step, agent.play_steps
-
-    def logged_reset():
-        out = reset()
-        log.append(("reset", out))
-        return out
-
-    def logged_step(actions):
-        out = step(actions)
-        log.append(("step", np.array(actions, copy=True), out))
-        return out
-
-    def recorded_play_steps():
-        batch = play_steps()
-        rollouts.append({**{key: value.clone() for key, value in agent.experience_buffer.tensor_dict.items()}, "returns": batch["returns"].clone()})
-        return batch
-
-    venv.reset, venv.step, agent.play_steps = logged_reset, logged_step, recorded_play_steps
-    try:
-        agent.train()
-    finally:
-        if isinstance(venv, RlGamesVecEnv):
-            venv.close()
-        else:  # RayVecEnv.close() shuts Ray down; its workers go, the session stays
-            for worker in venv.workers:
-                ray.kill(worker)
-    stats = {"rewards": agent.game_rewards.get_mean(), "lengths": agent.game_lengths.get_mean()}
-    return rollouts, log, stats
+def close_ray_vec_env(venv):
+    """RayVecEnv.close() shuts Ray down: its workers go, the session stays."""
+    for worker in venv.workers:
+        ray.kill(worker)
 
 
 def assert_same_training(ours, ref):
@@ -162,7 +105,7 @@ def ended(log, key):
 
 @pytest.fixture(scope="module")
 def reference(ray_session, tmp_path_factory):
-    return train(ppo_params("stock-fake", 4, 16, tmp_path_factory.mktemp("ref")))
+    return train(ppo_params("stock-fake", 4, 16, tmp_path_factory.mktemp("ref")), close_ray_vec_env)
 
 
 def fake_vector_env(num_envs, **kwargs):
@@ -185,7 +128,7 @@ def test_ppo_collects_on_fastenv_what_it_collects_on_rl_games_ray_vec_env(refere
 
 def test_list_infos_match_ray_vec_env_without_concat_infos(ray_session, tmp_path):
     """rl_games' default for an env without ``concat_infos``: per-env infos, no time-out bootstrap."""
-    ref = train(ppo_params("stock-fake-list", 4, 16, tmp_path / "ref"))
+    ref = train(ppo_params("stock-fake-list", 4, 16, tmp_path / "ref"), close_ray_vec_env)
     env_configurations.register("fastenv-fake", {"vecenv_type": "FASTENV", "env_creator": fake_vector_env})
     register("unused", "CartPole-v1")
     ours = train(ppo_params("fastenv-fake", 4, 16, tmp_path / "ours", {"concat_infos": False}))
@@ -226,7 +169,7 @@ def test_a_vector_env_in_another_autoreset_mode_is_refused():
 @pytest.mark.libero
 @pytest.mark.big_memory
 def test_ppo_on_libero_collects_what_it_collects_on_rl_games_ray_vec_env(ray_session, tmp_path):
-    ref = train(ppo_params("stock-libero", 2, 8, tmp_path / "ref"))
+    ref = train(ppo_params("stock-libero", 2, 8, tmp_path / "ref"), close_ray_vec_env)
     register("fastenv-libero", "fastenv/Libero-v0", num_workers=2, **LIBERO)
     ours = train(ppo_params("fastenv-libero", 2, 8, tmp_path / "ours"))
     assert_same_training(ours, ref)
