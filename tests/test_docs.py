@@ -50,6 +50,7 @@ OPTIONAL = {
     "numba": "numba",
     "torchrl": "torchrl",
     "tianshou": "tianshou",
+    "rl_games": "rl-games",
 }
 
 
