@@ -27,7 +27,7 @@ python="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 case ",$extras," in
   # torch pinned; PyTorch's CPU index (PIP_EXTRA_INDEX_URL) gives the CPU wheel instead of CUDA packages.
-  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,torchrl,*|*,tianshou,*|*,skrl,*|*,sbx,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
+  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,torchrl,*|*,tianshou,*|*,skrl,*|*,sbx,*|*,rl-games,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
 esac
 .venv/bin/python -m pip install -q -e ".[$extras]"
 case ",$extras," in
@@ -35,6 +35,11 @@ case ",$extras," in
   # client and its image tools run on numpy 2): installed without its pins (its websocket client needs
   # only websockets, msgpack and pillow, which the test extra installs).
   *,test,*) .venv/bin/python -m pip install -q --no-deps "openpi-client==0.1.2" ;;
+esac
+case ",$extras," in
+  # rl_games pins psutil<6, which it never imports (fastenv's bench extra and Ray run psutil 7): installed
+  # without its pins; its dependencies come with the rl-games extra (the test extra lists them too).
+  *,rl-games,*|*,test,*) .venv/bin/python -m pip install -q --no-deps "rl_games==1.6.5" ;;
 esac
 case ",$extras," in
   # ManiSkill (SAPIEN) renders with Vulkan, even for state-only tasks.

@@ -171,6 +171,34 @@ class RandomLengthEnv(gym.Env):
         return self._obs(), reward, done and not self.ends_by_truncation, done and self.ends_by_truncation, info
 
 
+class FlatRandomLengthEnv(RandomLengthEnv):
+    """RandomLengthEnv observing one float64 vector ``[x, t]`` (what MLP-only libraries such as
+    rl_games take; float64 as many Gymnasium envs give it)."""
+
+    def __init__(self, max_len: int = 12) -> None:
+        super().__init__(max_len=max_len)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float64)
+
+    def _obs(self):
+        return np.array([*self.x, self.t], np.float64)
+
+
+class ScoredEnv(FlatRandomLengthEnv):
+    """FlatRandomLengthEnv that reports its episode's return as ``info["scores"]`` when the episode
+    ends (the key rl_games' default observer logs)."""
+
+    def reset(self, *, seed=None, options=None):
+        self.episode_return = 0.0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.episode_return += reward
+        if terminated or truncated:
+            info["scores"] = self.episode_return
+        return obs, reward, terminated, truncated, info
+
+
 class QuietEnv(RandomLengthEnv):
     """RandomLengthEnv whose resets and steps give empty infos (as most Gymnasium envs do)."""
 

@@ -54,6 +54,7 @@ OPTIONAL = {
     "sbx": "sbx",
     "jax": "sbx",
     "tree": "rllib",  # dm-tree: RLlib's import needs it, Ray's does not
+    "rl_games": "rl-games",
 }
 
 

@@ -76,3 +76,10 @@ def test_rllib_ppo_libero():
               "--num-workers", "2", "--max-episode-steps", "40")
     assert "iteration 2: 64 chunks sampled" in out
     assert " 0 episodes ended" not in out  # 40-step episodes are 5 chunks: each env ends 3 in 32 chunks
+
+
+def test_rl_games_ppo_libero(tmp_path):
+    pytest.importorskip("rl_games", reason="needs rl_games (scripts/setup.sh installs it)")
+    out = run("rl_games_ppo_libero.py", "--epochs", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "16", "--minibatch", "16",
+              "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--train-dir", str(tmp_path))
+    assert "epoch 2: 64 chunks (256 simulator steps), 6 episodes ended" in out  # 40-step episodes of 10 chunks
