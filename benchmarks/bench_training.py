@@ -49,17 +49,22 @@ class StockLibero(gym.Env):
     ``reset(seed=s)`` does what LIBERO's evaluation does (``env.seed(s)``, ``env.reset()``,
     ``env.set_init_state(init_states[i])``), the init state ``i`` drawn from the env's Gymnasium
     generator; ``terminated`` is LIBERO's ``done`` (success); the time limit is Gymnasium's
-    ``TimeLimit`` around it. Nothing of fastenv runs below this class.
+    ``TimeLimit`` around it. Nothing of fastenv runs below this class. ``modalities`` keeps those
+    keys only, and renders only the cameras among them (LIBERO's ``camera_names``); robosuite still
+    computes every other observable at each step, as the stock env does.
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, suite: str, task_id: int, camera_size: int) -> None:
+    def __init__(self, suite: str, task_id: int, camera_size: int, modalities: tuple[str, ...] | None = None) -> None:
         from fastenv.backends.libero import LiberoTask
 
         self.task = LiberoTask.load(suite, task_id)
-        self.env = self.task.stock_env(camera_size=camera_size)
+        cameras = {} if modalities is None else {"camera_names": [k.removesuffix("_image") for k in modalities if k.endswith("_image")]}
+        self.env = self.task.stock_env(camera_size=camera_size, **cameras)
         spec = self.env.env.observation_spec()
+        if modalities is not None:
+            spec = {k: spec[k] for k in modalities}
         self.observation_space = gym.spaces.Dict(
             {
                 k: gym.spaces.Box(0, 255, np.shape(v), np.uint8) if k.endswith("_image") else gym.spaces.Box(-np.inf, np.inf, np.shape(v), np.float64)

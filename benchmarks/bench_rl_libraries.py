@@ -1,0 +1,470 @@
+"""Each RL library's own collector on LIBERO: its default vectorization of the stock env against fastenv.
+
+    python benchmarks/bench_rl_libraries.py                       # sb3, torchrl, tianshou, pufferlib; 2 rounds
+    python benchmarks/bench_rl_libraries.py --libraries sb3 --quick
+    python benchmarks/bench_rl_libraries.py --table results/bench_rl_libraries.json
+
+Per library, two rows, the same number of envs, the same policy network, the same task:
+
+- ``stock``: the library's default vectorization, as its docs and examples use it, over LIBERO's own
+  ``OffScreenRenderEnv`` stepping one action at a time (robosuite's control loop, hard resets, a
+  render at every step): SB3 ``make_vec_env`` (``DummyVecEnv``); TorchRL ``SerialEnv`` over
+  ``GymWrapper`` (its PPO tutorial steps one ``GymEnv`` in the collector's process: ``SerialEnv`` is
+  that for N envs); Tianshou ``SubprocVectorEnv(share_memory=True)`` (what its MuJoCo examples build,
+  ``VectorEnvType.SUBPROC_SHARED_MEM``), started with ``spawn`` (a fork deadlocks after the env it
+  builds in the parent for its shared memory has rendered);
+- ``fastenv``: the same collector on fastenv's vector env through the library's integration
+  (``fastenv.integrations.<library>``), chunks of 8 actions, in the layout fastenv picks
+  (``--num-workers`` to set it).
+
+Both sides observe one camera (``agentview``, ``--camera-size`` px) and the proprio state, flattened
+into one float32 vector (image then proprio, the keys' order), so each library's default PPO policy
+for a vector observation, an MLP of 64-64 tanh units (SB3's ``MlpPolicy``, TorchRL's and Tianshou's
+MuJoCo PPO examples), reads the same input on both rows; its head emits 7 actions (stock) or a
+chunk of 8x7 (fastenv). Only the collection is timed (the library's collector filling its
+rollout, the policy included), after a warm-up collection; not the PPO update. Env-steps are
+simulator steps: a fastenv chunk counts 8. Episodes end at ``--max-episode-steps``, so resets are
+in the timed collection. One torch thread. Each row runs in a fresh process, rows interleaved over
+rounds; a library that does not import is a row "not installed" with the reason.
+
+PufferLib has one row: its vectorization (``pufferlib.vector``, the ``Multiprocessing`` backend)
+of the stock env, stepped with the same policy (PufferLib has no collector apart from its trainer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _common import machine, no_paths, print_table, write_json  # noqa: E402
+
+MODALITIES = ("agentview_image", "robot0_proprio-state")
+ENV_ID = "fastenv/Libero-v0"
+HIDDEN = (64, 64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What every row runs: the task, the envs, the steps timed."""
+
+    suite: str = "libero_10"
+    task_id: int = 0
+    num_envs: int = 4
+    chunk: int = 8
+    camera_size: int = 128
+    steps: int = 1024  # simulator steps timed per row, all envs together
+    max_episode_steps: int = 128
+    num_workers: int | None = None
+    seed: int = 0
+
+    def per_step(self, side: str) -> int:
+        """Simulator steps in one step of the library's collector."""
+        return self.chunk if side == "fastenv" else 1
+
+    def collector_steps(self, side: str) -> int:
+        """Timed collector steps per env: ``steps`` simulator steps over all envs."""
+        return self.steps // (self.num_envs * self.per_step(side))
+
+    def warmup_steps(self, side: str) -> int:
+        """Collector steps per env before the timing: one chunk of simulator steps."""
+        return self.chunk // self.per_step(side)
+
+    def fastenv_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = dict(
+            suite=self.suite, task_id=self.task_id, chunk=self.chunk, camera_size=self.camera_size, modalities=list(MODALITIES),
+            max_episode_steps=self.max_episode_steps, flatten=True,
+        )
+        if self.num_workers is not None:
+            options["num_workers"] = self.num_workers
+        return options
+
+
+def stock_env(cfg: Config) -> Any:
+    """LIBERO's own env, one camera and the proprio state, flattened as fastenv's ``flatten=True``
+    flattens (a concatenation above the env; nothing of fastenv steps or renders it)."""
+    from bench_training import StockLibero
+    from gymnasium.wrappers import TimeLimit
+
+    from fastenv.wrappers.flatten import FlattenModalities
+
+    return FlattenModalities(TimeLimit(StockLibero(cfg.suite, cfg.task_id, cfg.camera_size, MODALITIES), cfg.max_episode_steps))
+
+
+def _timed(collect: Callable[[], int]) -> tuple[float, int]:
+    """Seconds ``collect`` took and the collector steps it reports."""
+    start = time.perf_counter()
+    steps = collect()
+    return time.perf_counter() - start, steps
+
+
+# -- the libraries ----------------------------------------------------------------------------------
+# Each runs one row: builds the side's vector env, the policy and the collector, collects a warm-up,
+# times a collection of cfg.steps simulator steps, and returns the seconds and the steps collected.
+
+
+def run_sb3(side: str, cfg: Config) -> dict[str, Any]:
+    from stable_baselines3 import PPO
+
+    if side == "stock":
+        from stable_baselines3.common.env_util import make_vec_env
+
+        venv = make_vec_env(functools.partial(stock_env, cfg), n_envs=cfg.num_envs, seed=cfg.seed)  # DummyVecEnv
+        buffer_class = None
+    else:
+        from fastenv.integrations.sb3 import RolloutBuffer, make_vec_env
+
+        venv = make_vec_env(ENV_ID, cfg.num_envs, **cfg.fastenv_options())
+        venv.seed(cfg.seed)
+        buffer_class = RolloutBuffer
+    try:
+        n = cfg.collector_steps(side)
+        model = PPO("MlpPolicy", venv, n_steps=n, batch_size=n * cfg.num_envs, device="cpu", seed=cfg.seed,
+                    rollout_buffer_class=buffer_class, policy_kwargs={"net_arch": list(HIDDEN)})
+        _, callback = model._setup_learn(total_timesteps=10**9, callback=None)  # what learn() does before collecting
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=cfg.warmup_steps(side))
+
+        def collect() -> int:
+            before = model.num_timesteps
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=n)
+            return (model.num_timesteps - before) // cfg.num_envs
+
+        seconds, steps = _timed(collect)
+        return {"seconds": seconds, "collector_steps": steps, "vectorization": type(venv.unwrapped).__name__}
+    finally:
+        venv.close()
+
+
+def run_torchrl(side: str, cfg: Config) -> dict[str, Any]:
+    import fastenv.integrations.torchrl  # first: fastenv sets MuJoCo's GL platform before TorchRL's imports load MuJoCo  # isort: skip
+    import torch
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torchrl.collectors import Collector
+    from torchrl.envs import Compose, DoubleToFloat, GymWrapper, SerialEnv, StepCounter, TransformedEnv
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal
+
+    if side == "stock":
+        base = SerialEnv(cfg.num_envs, lambda: GymWrapper(stock_env(cfg)))
+    else:
+        base = fastenv.integrations.torchrl.make_env(ENV_ID, cfg.num_envs, **cfg.fastenv_options())
+    base.set_seed(cfg.seed)
+    env = TransformedEnv(base, Compose(DoubleToFloat(), StepCounter()))  # as TorchRL's PPO tutorial
+    collector = None
+    try:
+        obs_dim, spec = env.observation_spec["observation"].shape[-1], env.action_spec_unbatched
+        net = torch.nn.Sequential(
+            MLP(in_features=obs_dim, out_features=2 * spec.shape[-1], num_cells=list(HIDDEN), activation_class=torch.nn.Tanh),
+            NormalParamExtractor(),
+        )
+        policy = ProbabilisticActor(
+            TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"]), spec=spec, in_keys=["loc", "scale"],
+            distribution_class=TanhNormal, distribution_kwargs={"low": spec.space.low, "high": spec.space.high}, return_log_prob=True,
+        )
+        batch = cfg.warmup_steps(side)  # collector steps per env in a batch: the first batch is the warm-up
+        batches = cfg.collector_steps(side) // batch
+        frames = batch * cfg.num_envs
+        collector = Collector(env, policy, frames_per_batch=frames, total_frames=frames * (1 + batches))
+        batches_iter = iter(collector)
+        next(batches_iter)
+
+        def collect() -> int:
+            return sum(next(batches_iter).numel() for _ in range(batches)) // cfg.num_envs
+
+        seconds, steps = _timed(collect)
+        return {"seconds": seconds, "collector_steps": steps, "vectorization": type(base).__name__}
+    finally:
+        if collector is not None:
+            collector.shutdown()
+        else:
+            env.close()
+
+
+def run_tianshou(side: str, cfg: Config) -> dict[str, Any]:
+    import gymnasium as gym
+    import torch
+    from tianshou.algorithm import PPO
+    from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+    from torch.distributions import Distribution, Independent, Normal
+
+    if side == "stock":
+        from tianshou.env import SubprocVectorEnv
+
+        # spawn, not Linux's default fork: share_memory builds an env here first, and a process forked
+        # after a LIBERO env rendered here deadlocks (a lock of the renderer's threads, held at the fork)
+        envs = SubprocVectorEnv([functools.partial(stock_env, cfg)] * cfg.num_envs, share_memory=True, context="spawn")
+    else:
+        from fastenv.integrations.tianshou import make_vec_env
+
+        envs = make_vec_env(ENV_ID, cfg.num_envs, **cfg.fastenv_options())
+    try:
+        envs.seed(cfg.seed)
+        obs_dim = int(envs.reset()[0].shape[-1])
+        act_dim = 7 * cfg.per_step(side)
+        action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+        actor = ContinuousActorProbabilistic(
+            preprocess_net=Net(state_shape=(obs_dim,), hidden_sizes=list(HIDDEN), activation=torch.nn.Tanh), action_shape=(act_dim,), unbounded=True
+        )
+        critic = ContinuousCritic(preprocess_net=Net(state_shape=(obs_dim,), hidden_sizes=list(HIDDEN), activation=torch.nn.Tanh))
+
+        def dist(loc_scale: tuple[torch.Tensor, torch.Tensor]) -> Distribution:
+            loc, scale = loc_scale
+            return Independent(Normal(loc, scale), 1)
+
+        policy = ProbabilisticActorPolicy(actor=actor, dist_fn=dist, action_scaling=True, action_bound_method="clip", action_space=action_space)
+        algorithm = PPO(policy=policy, critic=critic, optim=AdamOptimizerFactory(lr=3e-4))
+        n = cfg.collector_steps(side)
+        collector = Collector[CollectStats](algorithm, envs, VectorReplayBuffer(n * cfg.num_envs, cfg.num_envs), exploration_noise=True)
+        collector.reset()
+        collector.collect(n_step=cfg.warmup_steps(side) * cfg.num_envs)
+
+        def collect() -> int:
+            return collector.collect(n_step=n * cfg.num_envs).n_collected_steps // cfg.num_envs
+
+        seconds, steps = _timed(collect)
+        return {"seconds": seconds, "collector_steps": steps, "vectorization": type(envs).__name__}
+    finally:
+        envs.close()
+
+
+def _puffer_env(cfg: Config, *_: Any, **__: Any) -> Any:
+    import pufferlib.emulation
+
+    return pufferlib.emulation.GymnasiumPufferEnv(env_creator=functools.partial(stock_env, cfg))
+
+
+def run_pufferlib(side: str, cfg: Config) -> dict[str, Any]:
+    import multiprocessing
+
+    import pufferlib.vector
+    import torch
+
+    # spawn: PufferLib builds a driver env here before it starts its workers, and a fork after a
+    # LIBERO env rendered here deadlocks (as Tianshou's does)
+    multiprocessing.set_start_method("spawn", force=True)
+    envs = pufferlib.vector.make(functools.partial(_puffer_env, cfg), num_envs=cfg.num_envs, backend=pufferlib.vector.Multiprocessing)
+    try:
+        obs, _ = envs.reset(seed=cfg.seed)
+        layers: list[torch.nn.Module] = []
+        width = obs.shape[-1]
+        for h in HIDDEN:
+            layers += [torch.nn.Linear(width, h), torch.nn.Tanh()]
+            width = h
+        policy = torch.nn.Sequential(*layers, torch.nn.Linear(width, 7))
+
+        def collect_steps(n: int) -> int:
+            nonlocal obs
+            for _ in range(n):
+                with torch.no_grad():
+                    mean = policy(torch.as_tensor(obs, dtype=torch.float32))
+                action = torch.clamp(mean + torch.randn_like(mean), -1.0, 1.0).numpy()
+                obs, *_ = envs.step(action)
+            return n
+
+        collect_steps(cfg.warmup_steps(side))
+        seconds, steps = _timed(lambda: collect_steps(cfg.collector_steps(side)))
+        return {"seconds": seconds, "collector_steps": steps, "vectorization": "pufferlib.vector.Multiprocessing"}
+    finally:
+        envs.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Library:
+    """One library's rows: how to run them, the module that must import, and what each side is."""
+
+    name: str
+    module: str
+    run: Callable[[str, Config], dict[str, Any]]
+    sides: dict[str, str]
+
+
+LIBRARIES = {
+    "sb3": Library("Stable-Baselines3", "stable_baselines3", run_sb3, {
+        "stock": "stable_baselines3 make_vec_env -> DummyVecEnv, PPO.collect_rollouts",
+        "fastenv": "fastenv.integrations.sb3.make_vec_env (SB3VecEnv), PPO.collect_rollouts",
+    }),
+    "torchrl": Library("TorchRL", "torchrl", run_torchrl, {
+        "stock": "SerialEnv over GymWrapper (the PPO tutorial's GymEnv, N of them), Collector",
+        "fastenv": "fastenv.integrations.torchrl.make_env (GymWrapper over ResetOnRequest), Collector",
+    }),
+    "tianshou": Library("Tianshou", "tianshou", run_tianshou, {
+        "stock": "SubprocVectorEnv(share_memory=True, context='spawn') (its MuJoCo examples' SUBPROC_SHARED_MEM), Collector",
+        "fastenv": "fastenv.integrations.tianshou.make_vec_env (TianshouVectorEnv), Collector",
+    }),
+    "pufferlib": Library("PufferLib", "pufferlib", run_pufferlib, {
+        "stock": "pufferlib.vector.make(backend=Multiprocessing) over GymnasiumPufferEnv, a step loop",
+    }),
+}
+
+
+def versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for package in ("fastenv", "stable_baselines3", "torchrl", "tensordict", "tianshou", "pufferlib", "torch", "gymnasium", "mujoco", "robosuite"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = None
+    return out
+
+
+def run_row(library: str, side: str, cfg: Config) -> dict[str, Any]:
+    """One row in this process: its seconds and steps, or why it did not run."""
+    from fastenv.backends._gl import configure_mujoco_gl
+
+    configure_mujoco_gl()  # before any library's import loads MuJoCo (TorchRL's does)
+    lib = LIBRARIES[library]
+    try:
+        __import__(lib.module)
+    except Exception as error:  # not installed, or broken on import: either way the row cannot run
+        return {"status": "not installed", "reason": no_paths(f"import {lib.module}: {type(error).__name__}: {error}")}
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    try:
+        out = lib.run(side, cfg)
+    except Exception as error:
+        lines = traceback.format_exception(error)
+        return {"status": "failed", "reason": no_paths(f"{type(error).__name__}: {error}"), "traceback": [no_paths(x) for x in lines[-6:]]}
+    env_steps = out["collector_steps"] * cfg.num_envs * cfg.per_step(side)
+    return {"status": "ran", **out, "env_steps": env_steps, "env_steps_per_s": env_steps / out["seconds"]}
+
+
+def _row_in_child(library: str, side: str, cfg: Config) -> dict[str, Any]:
+    """``run_row`` in a fresh Python process (each row starts from nothing: no GL context, no warm caches)."""
+    command = [sys.executable, __file__, "--row", f"{library}:{side}", "--config", json.dumps(dataclasses.asdict(cfg))]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("ROW ")), None)
+    if line is None:
+        return {"status": "failed", "reason": f"the row's process exited with {done.returncode}", "stderr": no_paths(done.stderr[-3000:])}
+    return json.loads(line[4:])
+
+
+def summarize(library: str, samples: dict[str, list[dict[str, Any]]], cfg: Config) -> list[dict[str, Any]]:
+    """A library's rows: medians and spreads over rounds, and each side's ratio to the stock row."""
+    lib = LIBRARIES[library]
+    rows = []
+    stock = [s["env_steps_per_s"] for s in samples.get("stock", []) if s["status"] == "ran"]
+    absent = [s for runs in samples.values() for s in runs if s["status"] == "not installed"][:1]
+    for side, what in lib.sides.items():
+        runs = samples.get(side) or absent  # a library that does not import: every side says why
+        ran = [s for s in runs if s["status"] == "ran"]
+        row: dict[str, Any] = {"library": library, "name": lib.name, "side": side, "what": what, "rounds": runs}
+        if len(ran) < len(runs) or not runs:
+            row.update(status=runs[-1]["status"] if runs else "not run", reason=next((s["reason"] for s in runs if s["status"] != "ran"), "no round ran"))
+        else:
+            rates = [s["env_steps_per_s"] for s in ran]
+            row.update(status="ran", env_steps_per_s=statistics.median(rates), spread=[min(rates), max(rates)],
+                       env_steps=ran[0]["env_steps"], vectorization=ran[0]["vectorization"])
+            if side != "stock" and len(stock) == len(rates):
+                row["x_stock"] = statistics.median(a / b for a, b in zip(rates, stock))  # per round, then the median
+        rows.append(row)
+    return rows
+
+
+def docs_table(payload: dict[str, Any]) -> str:
+    lines = ["| library | row | vectorization | env-steps/s (median) | spread | x its own default |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in payload["rows"]:
+        if r["status"] != "ran":
+            lines.append(f"| {r['name']} | {r['side']} | {r['what']} | {r['status']}: {r['reason']} | | |")
+            continue
+        ratio = f"**{r['x_stock']:.1f}x**" if "x_stock" in r else ""
+        lines.append(f"| {r['name']} | {r['side']} | {r['what']} | {r['env_steps_per_s']:.1f} | {r['spread'][0]:.1f}-{r['spread'][1]:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--libraries", default=",".join(LIBRARIES), help=f"comma-separated, of {list(LIBRARIES)}")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--num-envs", type=int, default=Config.num_envs)
+    p.add_argument("--steps", type=int, default=Config.steps, help="simulator steps timed per row, all envs together")
+    p.add_argument("--camera-size", type=int, default=Config.camera_size)
+    p.add_argument("--chunk", type=int, default=Config.chunk)
+    p.add_argument("--max-episode-steps", type=int, default=Config.max_episode_steps)
+    p.add_argument("--num-workers", type=int, default=None, help="fastenv's workers (default: the layout fastenv picks)")
+    p.add_argument("--suite", default=Config.suite)
+    p.add_argument("--task-id", type=int, default=Config.task_id)
+    p.add_argument("--seed", type=int, default=Config.seed)
+    p.add_argument("--quick", action="store_true", help="tiny sizes where not given: camera 32, 64 steps, 1 round, 16-step episodes")
+    p.add_argument("--out", default="results/bench_rl_libraries.json")
+    p.add_argument("--table", default=None, help="print the docs table of this JSON, and exit")
+    p.add_argument("--row", help=argparse.SUPPRESS)  # LIBRARY:SIDE, run in this process
+    p.add_argument("--config", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:  # the tiny sizes, where not given
+        p.set_defaults(camera_size=32, steps=64, rounds=1, max_episode_steps=16)
+        args = p.parse_args(argv)
+    if args.table:
+        payload = json.loads(Path(args.table).read_text())
+        print(docs_table(payload))
+        return payload
+    if args.row:
+        library, side = args.row.split(":")
+        print("ROW " + json.dumps(run_row(library, side, Config(**json.loads(args.config)))), flush=True)
+        return {}
+    libraries = [x.strip() for x in args.libraries.split(",") if x.strip()]
+    unknown = sorted(set(libraries) - set(LIBRARIES))
+    if unknown:
+        p.error(f"unknown libraries {unknown}; expected some of {list(LIBRARIES)}")
+    cfg = Config(args.suite, args.task_id, args.num_envs, args.chunk, args.camera_size, args.steps, args.max_episode_steps, args.num_workers, args.seed)
+    if args.steps % (args.num_envs * args.chunk) or args.steps < args.num_envs * args.chunk:
+        p.error(f"--steps must be a positive multiple of num_envs * chunk ({args.num_envs * args.chunk}), got {args.steps}")
+    os.environ.setdefault("FASTENV_COMPILE", "inline")  # the compiled control loop from the first step: building it is not timed
+    started = time.perf_counter()
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = {lib: {side: [] for side in LIBRARIES[lib].sides} for lib in libraries}
+    missing: set[str] = set()
+    for r in range(args.rounds):
+        for lib in libraries:  # interleaved: every row once per round
+            for side in LIBRARIES[lib].sides:
+                if lib in missing:
+                    continue
+                out = _row_in_child(lib, side, cfg)
+                samples[lib][side].append(out)
+                if out["status"] == "not installed":
+                    missing.add(lib)
+                said = f"{out['env_steps_per_s']:.1f} env-steps/s" if out["status"] == "ran" else f"{out['status']}: {out['reason']}"
+                print(f"round {r + 1}/{args.rounds} {lib} {side}: {said}", flush=True)
+    rows = [row for lib in libraries for row in summarize(lib, samples[lib], cfg)]
+    print_table(
+        [{**r, "rate": r.get("env_steps_per_s"), "lo": (r.get("spread") or [None])[0], "hi": (r.get("spread") or [None, None])[1]} for r in rows],
+        [("name", "library", ""), ("side", "row", ""), ("status", "status", ""), ("rate", "env-steps/s", ".1f"), ("lo", "min", ".1f"),
+         ("hi", "max", ".1f"), ("x_stock", "x its own default", ".2f")],
+    )
+    payload = {
+        "benchmark": "bench_rl_libraries",
+        "command": "python benchmarks/bench_rl_libraries.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "config": {**dataclasses.asdict(cfg), "rounds": args.rounds, "modalities": list(MODALITIES), "policy_hidden": list(HIDDEN),
+                   "torch_threads": 1, "libraries": libraries},
+        "machine": machine(),
+        "versions": versions(),
+        "seconds": time.perf_counter() - started,
+        "rows": rows,
+    }
+    print(f"wrote {write_json(args.out, payload)}")
+    if any(r["status"] == "failed" for r in rows):
+        sys.exit(1)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
