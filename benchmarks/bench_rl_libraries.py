@@ -27,8 +27,9 @@ simulator steps: a fastenv chunk counts 8. Episodes end at ``--max-episode-steps
 in the timed collection. One torch thread. Each row runs in a fresh process, rows interleaved over
 rounds; a library that does not import is a row "not installed" with the reason.
 
-PufferLib has one row: its vectorization (``pufferlib.vector``, the ``Multiprocessing`` backend)
-of the stock env, stepped with the same policy (PufferLib has no collector apart from its trainer).
+PufferLib has no collector apart from its trainer (which needs its compiled extension): its rows
+step its vectorization with the same policy, ``pufferlib.vector``'s ``Multiprocessing`` backend
+over the stock env against ``fastenv.integrations.pufferlib.PufferVecEnv``.
 """
 
 from __future__ import annotations
@@ -256,10 +257,19 @@ def run_pufferlib(side: str, cfg: Config) -> dict[str, Any]:
     import pufferlib.vector
     import torch
 
-    # spawn: PufferLib builds a driver env here before it starts its workers, and a fork after a
-    # LIBERO env rendered here deadlocks (as Tianshou's does)
-    multiprocessing.set_start_method("spawn", force=True)
-    envs = pufferlib.vector.make(functools.partial(_puffer_env, cfg), num_envs=cfg.num_envs, backend=pufferlib.vector.Multiprocessing)
+    if side == "stock":
+        # spawn: PufferLib builds a driver env here before it starts its workers, and a fork after a
+        # LIBERO env rendered here deadlocks (as Tianshou's does). overwork: PufferLib refuses more
+        # workers than physical cores unless told (one env per worker, its default).
+        multiprocessing.set_start_method("spawn", force=True)
+        envs = pufferlib.vector.make(functools.partial(_puffer_env, cfg), num_envs=cfg.num_envs,
+                                     backend=pufferlib.vector.Multiprocessing, overwork=True)
+        vectorization = "pufferlib.vector.Multiprocessing"
+    else:
+        from fastenv.integrations.pufferlib import make
+
+        envs = make(ENV_ID, cfg.num_envs, **cfg.fastenv_options())
+        vectorization = "fastenv.integrations.pufferlib.PufferVecEnv"
     try:
         obs, _ = envs.reset(seed=cfg.seed)
         layers: list[torch.nn.Module] = []
@@ -267,7 +277,7 @@ def run_pufferlib(side: str, cfg: Config) -> dict[str, Any]:
         for h in HIDDEN:
             layers += [torch.nn.Linear(width, h), torch.nn.Tanh()]
             width = h
-        policy = torch.nn.Sequential(*layers, torch.nn.Linear(width, 7))
+        policy = torch.nn.Sequential(*layers, torch.nn.Linear(width, 7 * cfg.per_step(side)))
 
         def collect_steps(n: int) -> int:
             nonlocal obs
@@ -280,7 +290,7 @@ def run_pufferlib(side: str, cfg: Config) -> dict[str, Any]:
 
         collect_steps(cfg.warmup_steps(side))
         seconds, steps = _timed(lambda: collect_steps(cfg.collector_steps(side)))
-        return {"seconds": seconds, "collector_steps": steps, "vectorization": "pufferlib.vector.Multiprocessing"}
+        return {"seconds": seconds, "collector_steps": steps, "vectorization": vectorization}
     finally:
         envs.close()
 
@@ -310,6 +320,7 @@ LIBRARIES = {
     }),
     "pufferlib": Library("PufferLib", "pufferlib", run_pufferlib, {
         "stock": "pufferlib.vector.make(backend=Multiprocessing) over GymnasiumPufferEnv, a step loop",
+        "fastenv": "fastenv.integrations.pufferlib.make (PufferVecEnv), the same step loop",
     }),
 }
 

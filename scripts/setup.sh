@@ -27,7 +27,7 @@ python="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 case ",$extras," in
   # torch pinned; PyTorch's CPU index (PIP_EXTRA_INDEX_URL) gives the CPU wheel instead of CUDA packages.
-  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,torchrl,*|*,tianshou,*|*,skrl,*|*,sbx,*|*,rl-games,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
+  *,torch,*|*,bench,*|*,sb3,*|*,cleanrl,*|*,torchrl,*|*,tianshou,*|*,skrl,*|*,sbx,*|*,rl-games,*|*,pufferlib,*|*,maniskill,*|*,test,*) .venv/bin/python -m pip install -q "torch==2.13.0" ;;
 esac
 .venv/bin/python -m pip install -q -e ".[$extras]"
 case ",$extras," in
@@ -40,6 +40,12 @@ case ",$extras," in
   # rl_games pins psutil<6, which it never imports (fastenv's bench extra and Ray run psutil 7): installed
   # without its pins; its dependencies come with the rl-games extra (the test extra lists them too).
   *,rl-games,*|*,test,*) .venv/bin/python -m pip install -q --no-deps "rl_games==1.6.5" ;;
+esac
+case ",$extras," in
+  # pufferlib-core pins torch==2.9.0 for its compiled trainer extension (pufferlib._C), which fastenv does not
+  # use; its vectorization and emulation are pure Python on fastenv's torch: installed without its pins, its
+  # dependencies come with the pufferlib extra (the test extra lists them too).
+  *,pufferlib,*|*,test,*) .venv/bin/python -m pip install -q --no-deps "pufferlib-core==3.0.23" ;;
 esac
 case ",$extras," in
   # ManiSkill (SAPIEN) renders with Vulkan, even for state-only tasks.

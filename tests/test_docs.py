@@ -55,6 +55,7 @@ OPTIONAL = {
     "jax": "sbx",
     "tree": "rllib",  # dm-tree: RLlib's import needs it, Ray's does not
     "rl_games": "rl-games",
+    "pufferlib": "pufferlib",
 }
 
 

@@ -83,3 +83,11 @@ def test_rl_games_ppo_libero(tmp_path):
     out = run("rl_games_ppo_libero.py", "--epochs", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "16", "--minibatch", "16",
               "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--train-dir", str(tmp_path))
     assert "epoch 2: 64 chunks (256 simulator steps), 6 episodes ended" in out  # 40-step episodes of 10 chunks
+
+
+def test_pufferlib_libero():
+    pytest.importorskip("pufferlib", reason="needs pufferlib-core (scripts/setup.sh installs it)")
+    out = run("pufferlib_libero.py", "--iterations", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "15",
+              "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40")
+    # 40-step episodes of 10 chunks, and PufferLib's reset step after each: every env ends one in 16 steps
+    assert "iteration 2: 32 chunks (128 simulator steps), 2 episodes ended" in out
