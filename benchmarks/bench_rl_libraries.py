@@ -1,6 +1,6 @@
 """Each RL library's own collector on LIBERO: its default vectorization of the stock env against fastenv.
 
-    python benchmarks/bench_rl_libraries.py                       # sb3, torchrl, tianshou, pufferlib; 2 rounds
+    python benchmarks/bench_rl_libraries.py                       # every library below; 2 rounds
     python benchmarks/bench_rl_libraries.py --libraries sb3 --quick
     python benchmarks/bench_rl_libraries.py --table results/bench_rl_libraries.json
 
@@ -12,20 +12,29 @@ Per library, two rows, the same number of envs, the same policy network, the sam
   ``GymWrapper`` (its PPO tutorial steps one ``GymEnv`` in the collector's process: ``SerialEnv`` is
   that for N envs); Tianshou ``SubprocVectorEnv(share_memory=True)`` (what its MuJoCo examples build,
   ``VectorEnvType.SUBPROC_SHARED_MEM``), started with ``spawn`` (a fork deadlocks after the env it
-  builds in the parent for its shared memory has rendered);
+  builds in the parent for its shared memory has rendered); skrl ``wrap_env`` over
+  ``gym.make_vec(..., vectorization_mode="sync")`` (its PPO examples' synchronous vector env) and its
+  ``SequentialTrainer``; SBX (SB3's PPO in JAX) on SB3's ``make_vec_env`` (``DummyVecEnv``); RLlib's
+  ``SingleAgentEnvRunner`` (what an algorithm with 0 remote env runners samples with) in its default
+  ``gym_env_vectorize_mode="sync"`` (``SyncVectorEnv``), timing ``sample(num_timesteps=...)``;
+  rl_games ``RayVecEnv`` (``vecenv_type: RAY``, its default for Gym envs: one Ray actor per env) and
+  its PPO's ``play_steps``;
 - ``fastenv``: the same collector on fastenv's vector env through the library's integration
-  (``fastenv.integrations.<library>``), chunks of 8 actions, in the layout fastenv picks
+  (``fastenv.integrations.<library>``; SBX through SB3's, RLlib through
+  ``gym_env_vectorize_mode="vector_entry_point"``), chunks of 8 actions, in the layout fastenv picks
   (``--num-workers`` to set it).
 
 Both sides observe one camera (``agentview``, ``--camera-size`` px) and the proprio state, flattened
 into one float32 vector (image then proprio, the keys' order), so each library's default PPO policy
-for a vector observation, an MLP of 64-64 tanh units (SB3's ``MlpPolicy``, TorchRL's and Tianshou's
-MuJoCo PPO examples), reads the same input on both rows; its head emits 7 actions (stock) or a
-chunk of 8x7 (fastenv). Only the collection is timed (the library's collector filling its
-rollout, the policy included), after a warm-up collection; not the PPO update. Env-steps are
-simulator steps: a fastenv chunk counts 8. Episodes end at ``--max-episode-steps``, so resets are
-in the timed collection. One torch thread. Each row runs in a fresh process, rows interleaved over
-rounds; a library that does not import is a row "not installed" with the reason.
+for a vector observation, an MLP of 64-64 tanh units (SB3's and SBX's ``MlpPolicy``, TorchRL's and
+Tianshou's MuJoCo PPO examples; skrl's, RLlib's and rl_games' set to that shape), reads the same
+input on both rows; its head emits 7 actions (stock) or a chunk of 8x7 (fastenv). Only the
+collection is timed (the library's collector filling its rollout, the policy included), after a
+warm-up collection; not the PPO update. Env-steps are simulator steps: a fastenv chunk counts 8,
+and a step that only resets an env (Gymnasium's ``NEXT_STEP`` autoreset, skrl's stock row) counts
+none. Episodes end at ``--max-episode-steps``, so resets are in the timed collection. One torch
+thread (one XLA thread for SBX). Each row runs in a fresh process, rows interleaved over rounds; a
+library that does not import is a row "not installed" with the reason.
 
 PufferLib has no collector apart from its trainer (which needs its compiled extension): its rows
 step its vectorization with the same policy, ``pufferlib.vector``'s ``Multiprocessing`` backend
@@ -42,6 +51,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -56,6 +66,7 @@ from _common import machine, no_paths, print_table, write_json  # noqa: E402
 
 MODALITIES = ("agentview_image", "robot0_proprio-state")
 ENV_ID = "fastenv/Libero-v0"
+STOCK_ID = "bench/StockLibero-v0"  # the stock env, for the libraries that make their envs by name
 HIDDEN = (64, 64)
 
 
@@ -118,9 +129,8 @@ def _timed(collect: Callable[[], int]) -> tuple[float, int]:
 # times a collection of cfg.steps simulator steps, and returns the seconds and the steps collected.
 
 
-def run_sb3(side: str, cfg: Config) -> dict[str, Any]:
-    from stable_baselines3 import PPO
-
+def _collect_sb3_ppo(ppo: type, side: str, cfg: Config, **ppo_kwargs: Any) -> dict[str, Any]:
+    """An SB3-style PPO's ``collect_rollouts`` (SB3's or SBX's) on SB3's ``make_vec_env`` or fastenv's."""
     if side == "stock":
         from stable_baselines3.common.env_util import make_vec_env
 
@@ -134,8 +144,8 @@ def run_sb3(side: str, cfg: Config) -> dict[str, Any]:
         buffer_class = RolloutBuffer
     try:
         n = cfg.collector_steps(side)
-        model = PPO("MlpPolicy", venv, n_steps=n, batch_size=n * cfg.num_envs, device="cpu", seed=cfg.seed,
-                    rollout_buffer_class=buffer_class, policy_kwargs={"net_arch": list(HIDDEN)})
+        model = ppo("MlpPolicy", venv, n_steps=n, batch_size=n * cfg.num_envs, seed=cfg.seed, rollout_buffer_class=buffer_class,
+                    policy_kwargs={"net_arch": list(HIDDEN)}, **ppo_kwargs)
         _, callback = model._setup_learn(total_timesteps=10**9, callback=None)  # what learn() does before collecting
         model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=cfg.warmup_steps(side))
 
@@ -148,6 +158,18 @@ def run_sb3(side: str, cfg: Config) -> dict[str, Any]:
         return {"seconds": seconds, "collector_steps": steps, "vectorization": type(venv.unwrapped).__name__}
     finally:
         venv.close()
+
+
+def run_sb3(side: str, cfg: Config) -> dict[str, Any]:
+    from stable_baselines3 import PPO
+
+    return _collect_sb3_ppo(PPO, side, cfg, device="cpu")
+
+
+def run_sbx(side: str, cfg: Config) -> dict[str, Any]:
+    from sbx import PPO  # SB3's PPO in JAX: SB3's VecEnv, SB3's collect_rollouts loop, a JAX policy (64-64 tanh)
+
+    return _collect_sb3_ppo(PPO, side, cfg)
 
 
 def run_torchrl(side: str, cfg: Config) -> dict[str, Any]:
@@ -295,6 +317,195 @@ def run_pufferlib(side: str, cfg: Config) -> dict[str, Any]:
         envs.close()
 
 
+def run_skrl(side: str, cfg: Config) -> dict[str, Any]:
+    import gymnasium as gym
+    import torch
+    from skrl.agents.torch.ppo import PPO_CFG
+    from skrl.envs.wrappers.torch import wrap_env
+    from skrl.memories.torch import RandomMemory
+    from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
+    from skrl.trainers.torch import SequentialTrainer
+
+    if side == "stock":
+        from skrl.agents.torch.ppo import PPO
+
+        # skrl's PPO examples vectorize Gymnasium envs synchronously (gym.make_vec(..., vectorization_mode="sync"))
+        gym.register(STOCK_ID, entry_point=stock_env, kwargs={"cfg": cfg})
+        venv = gym.make_vec(STOCK_ID, num_envs=cfg.num_envs, vectorization_mode="sync")
+    else:
+        from fastenv.integrations.skrl import PPO  # (importing fastenv registers fastenv/Libero-v0)
+
+        venv = gym.make_vec(ENV_ID, num_envs=cfg.num_envs, **cfg.fastenv_options())
+    try:
+        env = wrap_env(venv, verbose=False)
+        spaces = dict(observation_space=env.observation_space, state_space=env.state_space, action_space=env.action_space, device=env.device)
+
+        def mlp(width: int, out: int) -> torch.nn.Sequential:
+            layers: list[torch.nn.Module] = []
+            for h in HIDDEN:
+                layers += [torch.nn.Linear(width, h), torch.nn.Tanh()]
+                width = h
+            return torch.nn.Sequential(*layers, torch.nn.Linear(width, out))
+
+        class Policy(GaussianMixin, Model):  # skrl's PPO examples' models, 64-64 tanh
+            def __init__(self) -> None:
+                Model.__init__(self, **spaces)
+                GaussianMixin.__init__(self, clip_actions=True)
+                self.net = mlp(self.num_observations, self.num_actions)
+                self.log_std_parameter = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+            def compute(self, inputs: dict[str, Any], role: str) -> tuple[Any, dict[str, Any]]:
+                return self.net(inputs["observations"]), {"log_std": self.log_std_parameter}
+
+        class Value(DeterministicMixin, Model):
+            def __init__(self) -> None:
+                Model.__init__(self, **spaces)
+                DeterministicMixin.__init__(self)
+                self.net = mlp(self.num_observations, 1)
+
+            def compute(self, inputs: dict[str, Any], role: str) -> tuple[Any, dict[str, Any]]:
+                return self.net(inputs["observations"]), {}
+
+        warmup, n = cfg.warmup_steps(side), cfg.collector_steps(side)
+        rollouts = warmup + n + 1  # no PPO update inside the collection
+        ppo_cfg = PPO_CFG(rollouts=rollouts, time_limit_bootstrap=True)  # fastenv's PPO needs it; the same on both rows
+        ppo_cfg.experiment.write_interval = 0
+        ppo_cfg.experiment.checkpoint_interval = 0
+        memory = RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device=env.device)
+        agent = PPO(models={"policy": Policy(), "value": Value()}, memory=memory, cfg=ppo_cfg, **spaces)
+        trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": warmup + n, "headless": True, "disable_progressbar": True,
+                                                                "close_environment_at_exit": False})
+        # The trainer's loop resets the envs, then steps: the clock starts at its first step after the
+        # warm-up. On a NEXT_STEP vector env (the stock row) the step after an episode's end only resets
+        # that env: it is a trainer step, not a simulator step.
+        next_step = venv.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.NEXT_STEP
+        started: list[float] = []
+        stepped, ended = 0, torch.zeros(cfg.num_envs, dtype=torch.bool)
+        pre_interaction, record_transition = agent.pre_interaction, agent.record_transition
+
+        def timed_pre_interaction(*, timestep: int, timesteps: int) -> None:
+            if timestep == warmup:
+                started.append(time.perf_counter())
+            pre_interaction(timestep=timestep, timesteps=timesteps)
+
+        def counted_record_transition(**kwargs: Any) -> None:
+            nonlocal stepped, ended
+            if kwargs["timestep"] >= warmup:
+                stepped += cfg.num_envs - (int(ended.sum()) if next_step else 0)
+            ended = (kwargs["terminated"] | kwargs["truncated"]).flatten().cpu()
+            record_transition(**kwargs)
+
+        agent.pre_interaction, agent.record_transition = timed_pre_interaction, counted_record_transition
+        trainer.train()
+        seconds = time.perf_counter() - started[0]
+        return {"seconds": seconds, "collector_steps": stepped // cfg.num_envs, "vectorization": type(venv.unwrapped).__name__}
+    finally:
+        venv.close()
+
+
+def run_rllib(side: str, cfg: Config) -> dict[str, Any]:
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    if side == "stock":
+        env, env_config, mode = (lambda _: stock_env(cfg)), {}, "sync"  # RLlib's default: SyncVectorEnv of single envs
+    else:
+        env, env_config, mode = f"fastenv:{ENV_ID}", cfg.fastenv_options(), "vector_entry_point"
+    config = (
+        PPOConfig()
+        .environment(env, env_config=env_config)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=cfg.num_envs, gym_env_vectorize_mode=mode)
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=list(HIDDEN), fcnet_activation="tanh"))
+        .debugging(seed=cfg.seed)
+    )
+    runner = SingleAgentEnvRunner(config=config)  # the local env runner an algorithm with 0 remote ones samples with
+    try:
+        runner.sample(num_timesteps=cfg.warmup_steps(side) * cfg.num_envs)
+
+        def collect() -> int:
+            episodes = runner.sample(num_timesteps=cfg.collector_steps(side) * cfg.num_envs)
+            return sum(e.env_steps() for e in episodes) // cfg.num_envs
+
+        seconds, steps = _timed(collect)
+        return {"seconds": seconds, "collector_steps": steps, "vectorization": type(runner.env.unwrapped).__name__}
+    finally:
+        runner.stop()
+
+
+def _register_rl_games_stock(cfg: Config) -> None:
+    """The stock env as an rl_games env on its ``RayVecEnv``, in the old Gym API rl_games' own gym
+    envs get; also run in each Ray worker, where ``RayWorker`` looks its env up by name."""
+    sys.path.insert(0, str(HERE))  # the worker finds bench_training where this process does
+    from rl_games.common import env_configurations
+    from rl_games.common.gym_compat import wrap_gymnasium_env
+
+    env_configurations.register(STOCK_ID, {"vecenv_type": "RAY", "env_creator": lambda **_: wrap_gymnasium_env(stock_env(cfg))})
+
+
+def run_rl_games(side: str, cfg: Config) -> dict[str, Any]:
+    from rl_games.torch_runner import Runner
+
+    if side == "stock":
+        import ray
+
+        def register_stock() -> None:  # a function, not a partial: Ray names the hook by its __name__
+            _register_rl_games_stock(cfg)
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        register_stock()
+        # what RayVecEnv's own ray.init gives (1 GB object store), and the stock env registered in its workers
+        ray.init(object_store_memory=1000 * 1024 * 1024, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"worker_process_setup_hook": register_stock})
+        name = STOCK_ID
+    else:
+        from fastenv.integrations.rl_games import register
+
+        name = "fastenv-libero"
+        register(name, ENV_ID, **cfg.fastenv_options())
+    n = cfg.collector_steps(side)
+    params = {  # rl_games' continuous PPO in the shape of its yaml examples, the network 64-64 tanh
+        "seed": cfg.seed, "torch_threads": 1,
+        "algo": {"name": "a2c_continuous"},
+        "model": {"name": "continuous_a2c_logstd"},
+        "network": {
+            "name": "actor_critic", "separate": False,
+            "space": {"continuous": {"mu_activation": "None", "sigma_activation": "None", "mu_init": {"name": "default"},
+                                     "sigma_init": {"name": "const_initializer", "val": 0.0}, "fixed_sigma": True}},
+            "mlp": {"units": list(HIDDEN), "activation": "tanh", "initializer": {"name": "default"}},
+        },
+        "config": {
+            "name": "bench", "env_name": name, "device": "cpu", "ppo_device": "cpu", "torch_compile": False,
+            "num_actors": cfg.num_envs, "horizon_length": n, "minibatch_size": n * cfg.num_envs, "mini_epochs": 1,
+            "reward_shaper": {"scale_value": 1.0}, "normalize_input": False, "normalize_value": False, "normalize_advantage": True,
+            "value_bootstrap": True, "gamma": 0.99, "tau": 0.95, "learning_rate": 3e-4, "lr_schedule": None, "kl_threshold": 0.008,
+            "e_clip": 0.2, "clip_value": False, "critic_coef": 1.0, "entropy_coef": 0.0, "bounds_loss_coef": 0.0, "truncate_grads": False,
+            "grad_norm": 1.0, "max_epochs": 1, "save_frequency": 0, "save_best_after": 10**9, "print_stats": False,
+        },
+    }
+    train_dir = tempfile.TemporaryDirectory()  # where rl_games' agent writes its TensorBoard summaries
+    params["config"]["train_dir"] = train_dir.name
+    runner = Runner()
+    runner.load({"params": params})
+    agent = runner.algo_factory.create(runner.algo_name, base_name="bench", params=runner.params)
+    try:
+        agent.init_tensors()  # what its train() does before its first epoch
+        agent.obs = agent.env_reset()
+        agent.horizon_length = cfg.warmup_steps(side)  # a short warm-up into the start of the buffer
+        agent.play_steps()
+        agent.horizon_length = n
+
+        def collect() -> int:
+            return agent.play_steps()["played_frames"] // cfg.num_envs
+
+        seconds, steps = _timed(collect)
+        return {"seconds": seconds, "collector_steps": steps, "vectorization": type(agent.vec_env).__name__}
+    finally:
+        agent.vec_env.close()
+        agent.writer.close()
+        train_dir.cleanup()
+
+
 @dataclasses.dataclass(frozen=True)
 class Library:
     """One library's rows: how to run them, the module that must import, and what each side is."""
@@ -322,6 +533,22 @@ LIBRARIES = {
         "stock": "pufferlib.vector.make(backend=Multiprocessing) over GymnasiumPufferEnv, a step loop",
         "fastenv": "fastenv.integrations.pufferlib.make (PufferVecEnv), the same step loop",
     }),
+    "skrl": Library("skrl", "skrl", run_skrl, {
+        "stock": "wrap_env over gym.make_vec(vectorization_mode='sync') -> SyncVectorEnv (its PPO examples'), SequentialTrainer",
+        "fastenv": "wrap_env over gym.make_vec('fastenv/Libero-v0'), fastenv.integrations.skrl.PPO, SequentialTrainer",
+    }),
+    "sbx": Library("SBX", "sbx", run_sbx, {
+        "stock": "stable_baselines3 make_vec_env -> DummyVecEnv, sbx PPO.collect_rollouts",
+        "fastenv": "fastenv.integrations.sb3.make_vec_env (SB3VecEnv), sbx PPO.collect_rollouts",
+    }),
+    "rllib": Library("RLlib", "ray.rllib", run_rllib, {
+        "stock": "SingleAgentEnvRunner, gym_env_vectorize_mode='sync' (its default) -> SyncVectorEnv, sample()",
+        "fastenv": "SingleAgentEnvRunner, gym_env_vectorize_mode='vector_entry_point' -> fastenv's vector env, sample()",
+    }),
+    "rl_games": Library("rl_games", "rl_games", run_rl_games, {
+        "stock": "RayVecEnv (vecenv_type RAY, its default for Gym envs: one Ray actor per env), play_steps",
+        "fastenv": "fastenv.integrations.rl_games.register (RlGamesVecEnv), play_steps",
+    }),
 }
 
 
@@ -329,7 +556,8 @@ def versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {}
-    for package in ("fastenv", "stable_baselines3", "torchrl", "tensordict", "tianshou", "pufferlib", "torch", "gymnasium", "mujoco", "robosuite"):
+    for package in ("fastenv", "stable_baselines3", "torchrl", "tensordict", "tianshou", "pufferlib", "skrl", "sbx-rl", "jax", "ray", "rl_games",
+                    "torch", "gymnasium", "mujoco", "robosuite"):
         try:
             out[package] = version(package)
         except PackageNotFoundError:
@@ -343,6 +571,7 @@ def run_row(library: str, side: str, cfg: Config) -> dict[str, Any]:
 
     configure_mujoco_gl()  # before any library's import loads MuJoCo (TorchRL's does)
     lib = LIBRARIES[library]
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")  # one thread for SBX's JAX too
     try:
         __import__(lib.module)
     except Exception as error:  # not installed, or broken on import: either way the row cannot run
