@@ -41,6 +41,7 @@ def test_sb3_ppo_libero():
     assert "trained 64 chunks" in out
 
 
+@pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_torchrl_ppo_libero():
     pytest.importorskip("torchrl", reason='needs pip install -e ".[torchrl]"')
     out = run("torchrl_ppo_libero.py", "--total-frames", "64", "--frames-per-batch", "32", "--num-envs", "2", "--num-workers", "2",
@@ -49,6 +50,7 @@ def test_torchrl_ppo_libero():
     assert "0 episodes ended" not in out  # 40-step episodes in chunks of 8 end within each batch of 16 chunks per env
 
 
+@pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_tianshou_ppo_libero():
     pytest.importorskip("tianshou", reason='needs pip install -e ".[tianshou]"')
     out = run("tianshou_ppo_libero.py", "--epochs", "1", "--epoch-num-steps", "32", "--collection-step-num-env-steps", "16", "--num-envs", "2",
@@ -56,6 +58,7 @@ def test_tianshou_ppo_libero():
     assert "trained 32 chunks (128 simulator steps), 2 episodes" in out  # 40-step episodes of 10 chunks ended
 
 
+@pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_skrl_ppo_libero():
     pytest.importorskip("skrl", reason='needs pip install -e ".[skrl]"')
     out = run("skrl_ppo_libero.py", "--timesteps", "16", "--rollouts", "8", "--num-envs", "2", "--num-workers", "2", "--camera-size", "32",
@@ -63,13 +66,14 @@ def test_skrl_ppo_libero():
     assert "trained 16 timesteps: 32 chunks (256 simulator steps)" in out
 
 
-@pytest.mark.ci_sample("SBX's PPO on LIBERO")
+@pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_sbx_ppo_libero():
     pytest.importorskip("sbx", reason='needs pip install -e ".[sbx]"')
     out = run("sbx_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "32")
     assert "trained 64 chunks (512 simulator steps)" in out
 
 
+@pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_rllib_ppo_libero():
     pytest.importorskip("tree", reason='needs pip install -e ".[rllib]"')
     out = run("rllib_ppo_libero.py", "--iterations", "2", "--batch", "32", "--minibatch", "16", "--epochs", "1", "--num-envs", "2",
@@ -78,6 +82,7 @@ def test_rllib_ppo_libero():
     assert " 0 episodes ended" not in out  # 40-step episodes are 5 chunks: each env ends 3 in 32 chunks
 
 
+@pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_rl_games_ppo_libero(tmp_path):
     pytest.importorskip("rl_games", reason="needs rl_games (scripts/setup.sh installs it)")
     out = run("rl_games_ppo_libero.py", "--epochs", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "16", "--minibatch", "16",
@@ -85,6 +90,7 @@ def test_rl_games_ppo_libero(tmp_path):
     assert "epoch 2: 64 chunks (256 simulator steps), 6 episodes ended" in out  # 40-step episodes of 10 chunks
 
 
+@pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_pufferlib_libero():
     pytest.importorskip("pufferlib", reason="needs pufferlib-core (scripts/setup.sh installs it)")
     out = run("pufferlib_libero.py", "--iterations", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "15",

@@ -120,6 +120,7 @@ LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=
 
 @pytest.mark.libero
 @pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
 def test_pufferlib_on_libero_collects_what_its_serial_backend_collects():
     from fastenv.envs.libero import make_env
 

@@ -168,6 +168,7 @@ def test_a_vector_env_in_another_autoreset_mode_is_refused():
 
 @pytest.mark.libero
 @pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
 def test_ppo_on_libero_collects_what_it_collects_on_rl_games_ray_vec_env(ray_session, tmp_path):
     ref = train(ppo_params("stock-libero", 2, 8, tmp_path / "ref"), close_ray_vec_env)
     register("fastenv-libero", "fastenv/Libero-v0", num_workers=2, **LIBERO)

@@ -162,6 +162,7 @@ def test_vector_options_with_rllibs_sync_vectorization_are_refused_saying_what_t
 
 @pytest.mark.libero
 @pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
 def test_the_env_runner_collects_the_same_libero_episodes_as_on_rllibs_sync_vector_env():
     # Chunks of 8, 20-step episodes: each ends (truncated) 4 sub-steps into its third chunk.
     options = {"chunk": 8, "camera_size": 32, "max_episode_steps": 20, "flatten": True, "modalities": ["robot0_proprio-state", "object-state"]}

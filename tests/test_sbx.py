@@ -152,7 +152,7 @@ def test_a_shifted_final_observation_is_caught(sb3_default_data):
 
 @pytest.mark.libero
 @pytest.mark.big_memory
-@pytest.mark.ci_sample("SBX's PPO on LIBERO")
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
 def test_ppo_rollout_buffer_on_fastenvs_libero_is_the_data_on_dummy_vec_env():
     # LIBERO in chunks of 8, 20-step episodes: each ends (truncated) 4 steps into its third chunk.
     options = {"chunk": 8, "camera_size": 32, "max_episode_steps": 20, "flatten": True, "modalities": ["robot0_proprio-state", "object-state"]}

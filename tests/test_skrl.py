@@ -235,6 +235,7 @@ def test_fastenvs_ppo_refuses_a_config_whose_truncations_do_not_bootstrap():
 
 @pytest.mark.libero
 @pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
 def test_ppo_memory_on_fastenvs_libero_is_skrls_default_data():
     # LIBERO in chunks of 8, 20-step episodes: each ends (truncated) 4 steps into its third chunk,
     # and skrl's default data adds the step that resets it.

@@ -168,6 +168,7 @@ LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=
 
 @pytest.mark.libero
 @pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
 def test_the_collector_on_libero_gathers_what_it_gathers_on_tianshous_dummy_vector_env():
     import gymnasium as gym
 

@@ -181,6 +181,7 @@ def test_only_a_same_step_vector_env_is_taken():
 
 @pytest.mark.libero
 @pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
 def test_a_collector_gathers_the_same_libero_data_as_on_serial_env():
     # LIBERO in chunks of 8, 20-step episodes: each ends (truncated) 4 steps into its third chunk.
     options = {"chunk": 8, "camera_size": 32, "max_episode_steps": 20, "flatten": True, "modalities": ["robot0_proprio-state", "object-state"]}
