@@ -118,11 +118,18 @@ def test_every_suite_of_libero_pro_is_run_or_refused_before_anything_runs_saying
     from fastenv.eval.episodes import evaluable_suites
 
     ok, refused = evaluable_suites()
-    assert len(ok) + len(refused) == 83 and len(ok) == 56  # 5 standard ones, libero_100, 50 perturbed
+    assert len(ok) + len(refused) == 83 and len(ok) == 36  # 5 standard ones, libero_100, 30 perturbed
     assert {"libero_spatial_swap", "libero_goal_lan", "libero_10_with_mug", "libero_object_task", "libero_100"} <= set(ok)
     missing = {name for name, why in refused.items() if "ships no init states" in why}
     assert len(missing) == 25 and all(name.endswith(("_ood", "_env", "_temp", "_with_alphabet_soup", "_with_trigger")) for name in missing)
-    assert {name: why for name, why in refused.items() if name not in missing} == {
+    lacking = {name for name, why in refused.items() if "does not ship the model files" in why}
+    assert len(lacking) == 20 and all("_stick" in n or "_red_box" in n or "_green_mug" in n or n.endswith("_trigger_new") for n in lacking)
+    with pytest.raises(ValueError, match=r"libero_object_triggered_episode: .* does not ship the model files of objects its scenes name "
+                                         r"\(task 0: .*\).*--tasks 1,2,3"):
+        episode_list(["libero_object_triggered_episode"], episodes=1)
+    with pytest.raises(ValueError, match=r"libero_spatial_with_red_stick: .* does not ship the model files .*red_sticker"):
+        episode_list(["libero_spatial_with_red_stick"], tasks=[0], episodes=1)
+    assert {name: why for name, why in refused.items() if name not in missing | lacking} == {
         name: f"{name} has no published step budget (it is neither a standard LIBERO suite, libero_spatial, libero_object, libero_goal, "
               "libero_10, libero_90, nor a perturbation of one): give the steps an episode may take, max_steps (--max-steps)"
         for name in ("libero_mine", "libero_study_table")}

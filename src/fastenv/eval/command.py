@@ -149,7 +149,10 @@ def list_suites(out: str | None) -> int:
         budget = r["max_steps"] if not isinstance(r["max_steps"], dict) else ", ".join(f"{k} {v}" for k, v in r["max_steps"].items())
         why = str(r["why"]).removeprefix(f"{r['suite']}: ").removeprefix(f"{r['suite']} ").split(" (")[0]
         empty = r.get("tasks_without_init_states") or []
-        runs = "runs" + (f" (not task {', '.join(map(str, empty))}: no init states)" if empty else "")
+        lacking = list(r.get("tasks_without_object_files") or {})
+        notes = ([f"not task {', '.join(map(str, empty))}: no init states"] if empty else []) + \
+            ([f"not task {', '.join(lacking)}: object files missing"] if lacking else [])
+        runs = "runs" + (f" ({'; '.join(notes)})" if notes else "")
         print(f"| {r['suite']} | {r['tasks'] if r['tasks'] is not None else '-'} | {states} | {budget or '-'} | "
               f"{runs if r['runs'] else 'refused: ' + why} |")
     runs = sum(r["runs"] for r in rows)

