@@ -9,6 +9,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from fastenv.core.arrays import get_row, put_rows, take_rows
+
 
 class FakeViewer:
     def __init__(self) -> None:
@@ -488,3 +490,28 @@ class WalkEnv(gym.Env):
         self.steps += 1
         terminated = self.cell >= self.size
         return self._obs(), float(terminated), terminated, self.steps >= self.size + 3 and not terminated, {"steps": self.steps}
+
+
+class ShiftedFinalObservation(gym.vector.VectorWrapper):
+    """A deliberately wrong vector env (negative control): each final observation is the one before
+    it, where the autoreset mode puts it (``infos["final_obs"]`` in SAME_STEP, the step's own
+    observation in NEXT_STEP)."""
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        self.last = take_rows(obs, slice(None))  # a copy: a library may take over the dict it gets
+        return obs, infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        ended = np.flatnonzero(terminations | truncations)
+        if "final_obs" in infos:
+            infos["final_obs"] = infos["final_obs"].copy()
+            for i in ended:
+                infos["final_obs"][i] = get_row(self.last, i)
+        else:
+            obs = take_rows(obs, slice(None))
+            for i in ended:
+                put_rows(obs, i, get_row(self.last, i))
+        self.last = take_rows(obs, slice(None))
+        return obs, rewards, terminations, truncations, infos

@@ -23,13 +23,12 @@ import pytest
 if importlib.util.find_spec("sbx") is None:
     pytest.skip('SBX is not installed (pip install -e ".[sbx]")', allow_module_level=True)
 
-from fakes import RandomLengthEnv  # noqa: E402
+from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
 from sbx import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env  # noqa: E402
 
 import fastenv  # noqa: E402
-from fastenv.core.arrays import get_row, take_rows  # noqa: E402
 from fastenv.integrations.sb3 import RolloutBuffer, SB3VecEnv, VecMonitor, make_vec_env  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 from fastenv.wrappers import FlattenActionChunk  # noqa: E402
@@ -100,24 +99,6 @@ def assert_same_data(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) ->
     # a VecMonitor (SB3's, fastenv's) does not.
     assert np.array_equal(got["episodes"][:, 1], want["episodes"][:, 1]), "episode lengths"
     assert np.allclose(got["episodes"][:, 0], want["episodes"][:, 0], rtol=1e-6, atol=1e-6), "episode returns"
-
-
-class ShiftedFinalObservation(gym.vector.VectorWrapper):
-    """A deliberately wrong vector env (negative control): each final observation is the one before it."""
-
-    def reset(self, **kwargs):
-        obs, infos = self.env.reset(**kwargs)
-        self.last = take_rows(obs, slice(None))
-        return obs, infos
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        if "final_obs" in infos:
-            infos["final_obs"] = infos["final_obs"].copy()
-            for i in np.flatnonzero(infos["_final_obs"]):
-                infos["final_obs"][i] = get_row(self.last, i)
-        self.last = take_rows(obs, slice(None))
-        return obs, rewards, terminations, truncations, infos
 
 
 def ours(shift: bool = False) -> VecMonitor:

@@ -22,7 +22,7 @@ if importlib.util.find_spec("skrl") is None:
     pytest.skip('skrl is not installed (pip install -e ".[skrl]")', allow_module_level=True)
 
 import torch  # noqa: E402
-from fakes import RandomLengthEnv  # noqa: E402
+from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
 from gymnasium.vector import AutoresetMode  # noqa: E402
 from skrl.agents.torch.ppo import PPO, PPO_CFG  # noqa: E402
 from skrl.envs.wrappers.torch import wrap_env  # noqa: E402
@@ -33,7 +33,6 @@ from skrl.utils import set_seed  # noqa: E402
 from torch import nn  # noqa: E402
 
 import fastenv  # noqa: E402
-from fastenv.core.arrays import get_row, put_rows, take_rows  # noqa: E402
 from fastenv.integrations import skrl as fastenv_skrl  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
@@ -118,31 +117,6 @@ def assert_same_data(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) ->
     for key in want:
         assert got[key].dtype == want[key].dtype, key
         assert np.array_equal(got[key], want[key]), f"{key}: first difference at {np.argwhere(got[key] != want[key])[:1].tolist()}"
-
-
-class ShiftedFinalObservation(gym.vector.VectorWrapper):
-    """A deliberately wrong vector env (negative control): each final observation is the one before
-    it, where the autoreset mode puts it (``infos["final_obs"]`` in SAME_STEP, the step's own
-    observation in NEXT_STEP)."""
-
-    def reset(self, **kwargs):
-        obs, infos = self.env.reset(**kwargs)
-        self.last = take_rows(obs, slice(None))
-        return obs, infos
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        ended = np.flatnonzero(terminations | truncations)
-        if "final_obs" in infos:
-            infos["final_obs"] = infos["final_obs"].copy()
-            for i in ended:
-                infos["final_obs"][i] = get_row(self.last, i)
-        else:
-            obs = take_rows(obs, slice(None))
-            for i in ended:
-                put_rows(obs, i, get_row(self.last, i))
-        self.last = take_rows(obs, slice(None))
-        return obs, rewards, terminations, truncations, infos
 
 
 def stock(mode: AutoresetMode = AutoresetMode.NEXT_STEP) -> gym.vector.VectorEnv:

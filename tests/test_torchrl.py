@@ -22,13 +22,13 @@ if importlib.util.find_spec("torchrl") is None:
 from fastenv.integrations.torchrl import ResetOnRequest, make_env, wrap  # noqa: I001
 
 import torch  # noqa: E402
-from fakes import RandomLengthEnv  # noqa: E402
+from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
 from helpers import assert_same  # noqa: E402
 from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import Compose, GymWrapper, RewardSum, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 
 import fastenv  # noqa: E402
-from fastenv.core.arrays import get_row, take_rows  # noqa: E402
+from fastenv.core.arrays import get_row  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 CHUNK, SEED, N = 3, 11, 4
@@ -70,24 +70,6 @@ def collect(env, frames: int, batches: int) -> list[dict[str, np.ndarray]]:
         out.append({".".join(k) if isinstance(k, tuple) else k: v.numpy().copy() for k, v in batch.flatten_keys(".").items()})
     collector.shutdown()
     return out
-
-
-class ShiftedFinalObservation(gym.vector.VectorWrapper):
-    """A deliberately wrong vector env: each final observation is the one before it (negative control)."""
-
-    def reset(self, **kwargs):
-        obs, infos = self.env.reset(**kwargs)
-        self.last = take_rows(obs, slice(None))  # a copy: TorchRL takes the dict it gets over
-        return obs, infos
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        if "final_obs" in infos:
-            infos["final_obs"] = infos["final_obs"].copy()
-            for i in np.flatnonzero(infos["_final_obs"]):
-                infos["final_obs"][i] = get_row(self.last, i)
-        self.last = take_rows(obs, slice(None))
-        return obs, rewards, terminations, truncations, infos
 
 
 @pytest.fixture(scope="module")
