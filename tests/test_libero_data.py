@@ -2,6 +2,7 @@
 
 Pruning that drops what a kept sensor reads, scenes drawn from a generator shared by a worker's
 envs, seeded resets that differ between in-place and hard resets (and from a fresh stock env),
+unseeded resets that drew as a fresh env's first instead of as the stock env's next,
 physics steps per action rounded instead of truncated, and the final observation of an episode
 that ends inside a chunk.
 """
@@ -157,6 +158,42 @@ def test_stock_hard_resets_are_not_reproducible_for_a_seed_and_fastenvs_are_a_fr
                     assert np.array_equal(pos, first_fixtures[name]), f"{name} (hard_reset={hard_reset})"
                 for key in first:
                     assert np.array_equal(obs[key], first[key]), f"{key} (hard_reset={hard_reset})"
+        finally:
+            env.close()
+
+
+def test_unseeded_resets_draw_as_the_stock_envs_next_resets(fixture_task):
+    # An RL library seeds once, then autoresets without a seed: each of the stock env's later hard
+    # resets draws with one more load's property samplers, and fastenv's must draw as they do.
+    from fastenv.envs.libero import make_env
+
+    seed, states = 7, (3, 5, 1)
+    actions = np.random.default_rng(0).uniform(-1, 1, (2, 7))
+    stock = fresh_stock(fixture_task)
+    want = []
+    try:
+        stock.seed(seed)
+        for state in states:
+            stock.reset()
+            obs = stock.set_init_state(fixture_task.init_states[state])
+            want.append((obs, fixture_positions(stock.env)))
+            for action in actions:
+                stock.step(action)
+    finally:
+        stock.close()
+    assert any(not np.array_equal(want[0][1][n], p) for n, p in want[1][1].items())  # the fixture moved
+    for hard_reset in (False, True):
+        env = make_env(*FIXTURE_TASK, chunk=None, modalities=None, camera_size=SMALL, hard_reset=hard_reset)
+        try:
+            env.reset(seed=seed + 1)  # a history before the seeded reset changes nothing
+            for e, state in enumerate(states):
+                obs, _ = env.reset(seed=seed if e == 0 else None, options={"init_state_id": state})
+                for name, pos in fixture_positions(env.unwrapped.adapter._raw).items():
+                    assert np.array_equal(pos, want[e][1][name]), f"episode {e}: {name} (hard_reset={hard_reset})"
+                for key in want[e][0]:
+                    assert np.array_equal(obs[key], want[e][0][key]), f"episode {e}: {key} (hard_reset={hard_reset})"
+                for action in actions:
+                    env.step(action)
         finally:
             env.close()
 

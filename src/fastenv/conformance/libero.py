@@ -24,11 +24,12 @@ every site of the model when any camera has a segmentation sensor, which changes
 (``_TaskRunner``), so segmentation keys are compared in envs built with segmentation and every
 other key in envs built without, as a user who keeps them gets them.
 
-The reference is a freshly built stock env's first reset for every seeded reset: LIBERO grows
-its list of object-property samplers at every model load, so a stock env's own later resets draw
-more random numbers and place fixtures elsewhere for the same seed (``scene.py``); the reference
-env gets that list as a fresh env has it before each reset, and the tests check that this equals
-a truly fresh env.
+The reference's seeded reset is a freshly built stock env's first reset: LIBERO grows its list
+of object-property samplers at every model load, so a stock env's own later resets draw more
+random numbers and place fixtures elsewhere for the same seed (``scene.py``); the reference env,
+which replays several cases, gets that list as a fresh env has it before its seeded reset, and the
+tests check that this equals a truly fresh env. Its unseeded resets are LIBERO's own, the list
+growing at each: the episodes an RL library's autoreset plays.
 """
 
 from __future__ import annotations
@@ -309,7 +310,9 @@ class _TaskRunner:
             make_gl_current(raw)
             if e == 0:
                 env.seed(self.seed)  # numpy's global generator: LIBERO's own seeding
-            samplers.before_reset(raw)
+                # the env replays several cases: its property samplers as a freshly built env has
+                # them; the unseeded resets after it grow the list as LIBERO's own resets do
+                samplers.before_reset(raw)
             env.reset()
             rec.first.append(_copy(env.set_init_state(self.task.init_states[rec.init_ids[e]])))
             self._stock_success.on = e == 1

@@ -443,6 +443,7 @@ class LiberoAdapter:
         # numpy's global one (see scene.py).
         if seed is not None:
             self._randomness.seed(seed)
+            self._samplers.restart()
         self._randomness.ensure(rng)
         make_gl_current(self._raw)
         with self._randomness.active():

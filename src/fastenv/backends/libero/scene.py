@@ -14,10 +14,11 @@ process, and are what this module corrects:
   every model load and never clears it, so each hard reset draws more numbers than the last one
   did before placing the fixtures: a stock env's scene for a given seed changes with the number
   of resets it has done, and an in-place reset (no load) draws fewer than a hard one.
-  ``PropertySamplers`` sets the list before every reset to what a freshly built stock env has
-  at its first reset (the build's samplers and the reset's; one load's more for each attempt
-  LIBERO repeats after a failed placement), so every seeded reset, in place or hard, is that
-  first reset.
+  ``PropertySamplers`` sets the list before every reset to what the stock env has at that reset:
+  a seeded reset draws as a freshly built stock env's first reset (the build's samplers and the
+  reset's; one load's more for each attempt LIBERO repeats after a failed placement), so every
+  seeded reset, in place or hard, is that first reset; each unseeded reset after it draws as the
+  stock env's next reset does, one load's samplers more each time (an RL library's autoreset).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _signature(sampler: Any) -> tuple:
 
 
 class PropertySamplers:
-    """Keeps LIBERO's list of object-property samplers as a freshly built env has it at its first reset."""
+    """Keeps LIBERO's list of object-property samplers as the stock env has it at each reset."""
 
     def __init__(self, raw: Any) -> None:
         samplers = list(getattr(raw, "object_property_initializers", None) or [])
@@ -71,18 +72,20 @@ class PropertySamplers:
                 period = p
                 break
         self.one_load = samplers[-period:] if period else []
-        # The model loads a stock env has made so far, when this env is to draw as one env reset
-        # again and again does (LIBERO's own API: each hard reset loads the model once more and
-        # appends one load's samplers, and every sampler in the list draws); None: each reset draws
-        # as a freshly built env's first reset (Gymnasium's reset(seed=...)).
-        self.loads: int | None = None
+        # The model loads a stock env has made before this env's next reset: each hard reset of
+        # LIBERO's own env loads the model once more and appends one load's samplers, and every
+        # sampler in the list draws. A freshly built env has loaded it once (its build).
+        self.loads = 1
+
+    def restart(self) -> None:
+        """The next reset draws as a freshly built stock env's first reset (a seeded reset)."""
+        self.loads = 1
 
     def before_reset(self, raw: Any) -> None:
-        """Set the list so that this reset draws as a freshly built stock env's first reset does
-        (``loads`` None), or as the stock env's next reset after ``loads`` model loads."""
+        """Set the list so that this reset draws as the stock env's reset after ``loads`` model loads."""
         if not hasattr(raw, "object_property_initializers"):
             return
-        loads = 1 if self.loads is None else self.loads
+        loads = self.loads
         if raw.hard_reset:  # the reset loads the model, which appends one load's samplers
             raw.object_property_initializers = self.one_load * loads
         else:
@@ -90,13 +93,11 @@ class PropertySamplers:
 
     def after_reset(self) -> None:
         """A reset done: a stock env loaded its model once more."""
-        if self.loads is not None:
-            self.loads += 1
+        self.loads += 1
 
     def after_failed_attempt(self, raw: Any) -> None:
         """A placement failed and LIBERO tries the reset again: a hard reset's next attempt loads
         the model once more (one more load's samplers); an in-place one draws as if it did."""
         if hasattr(raw, "object_property_initializers") and not raw.hard_reset:
             raw.object_property_initializers = raw.object_property_initializers + self.one_load
-        if self.loads is not None:
-            self.loads += 1
+        self.loads += 1
