@@ -515,3 +515,24 @@ class ShiftedFinalObservation(gym.vector.VectorWrapper):
                 put_rows(obs, i, get_row(self.last, i))
         self.last = take_rows(obs, slice(None))
         return obs, rewards, terminations, truncations, infos
+
+
+class AlteredReward(gym.vector.VectorWrapper):
+    """A deliberately wrong vector env (negative control): env ``index``'s reward at step call ``call``
+    (counted from 1 after each reset of the vector env) is off by ``by``."""
+
+    def __init__(self, env, call: int, index: int = 0, by: float = 1e-6):
+        super().__init__(env)
+        self.at_call, self.index, self.by, self.calls = call, index, by, 0  # (``call`` is VectorWrapper's method)
+
+    def reset(self, **kwargs):
+        self.calls = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        self.calls += 1
+        if self.calls == self.at_call:
+            rewards = np.array(rewards, copy=True)
+            rewards[self.index] += self.by
+        return obs, rewards, terminations, truncations, infos

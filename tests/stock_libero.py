@@ -32,8 +32,12 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 
-SUITE, TASK_ID = "libero_10", 0
+# "put the yellow and white mug in the microwave and close it": a microwave placed at random and a door
+# sampler, which LIBERO draws again at every reset (its scenes differ from episode to episode)
+SUITE, TASK_ID = "libero_10", 9
 KEYS = ("agentview_image", "robot0_proprio-state")
+MAX_EPISODE_STEPS = 20  # simulator steps; with success from step 17 on (schedule_success), episodes end both ways
+CAMERA = 32
 
 
 def _task(suite: str, task_id: int) -> tuple[str, np.ndarray]:
@@ -51,7 +55,7 @@ class StockLibero(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, suite: str = SUITE, task_id: int = TASK_ID, *, camera_size: int = 32, keys: tuple[str, ...] = KEYS,
+    def __init__(self, suite: str = SUITE, task_id: int = TASK_ID, *, camera_size: int = CAMERA, keys: tuple[str, ...] = KEYS,
                  own_context: bool = False) -> None:
         from libero.libero.envs import OffScreenRenderEnv
 
@@ -114,10 +118,31 @@ class ChunkLoop(gym.Wrapper):
         return obs, total, terminated, truncated, info
 
 
-def make_stock(*, chunk: int = 1, max_episode_steps: int = 20, camera_size: int = 32, suite: str = SUITE, task_id: int = TASK_ID,
+def make_stock(*, chunk: int = 1, max_episode_steps: int = MAX_EPISODE_STEPS, camera_size: int = CAMERA, suite: str = SUITE, task_id: int = TASK_ID,
                keys: tuple[str, ...] = KEYS, own_context: bool = False) -> gym.Env:
     """One stock env: ``StockLibero`` under Gymnasium's ``TimeLimit`` (simulator steps), in chunks of ``chunk``."""
     from gymnasium.wrappers import TimeLimit
 
     env = TimeLimit(StockLibero(suite, task_id, camera_size=camera_size, keys=keys, own_context=own_context), max_episode_steps)
     return env if chunk == 1 else ChunkLoop(env, chunk)
+
+
+def fastenv_options(chunk: int) -> dict[str, Any]:
+    """fastenv's LIBERO options for the same env as ``make_stock(chunk=chunk)``: every fast path on (the defaults)."""
+    return {"suite": SUITE, "task_id": TASK_ID, "chunk": chunk, "camera_size": CAMERA, "modalities": list(KEYS),
+            "max_episode_steps": MAX_EPISODE_STEPS, "flatten": True}
+
+
+def schedule_success(monkeypatch: Any, after: int = 16) -> None:
+    """LIBERO's success check fires on a schedule set by the robot's state, from step ``after + 1`` on,
+    in every process started from now on (the stock envs' and fastenv's workers alike), so that short
+    runs of random actions end episodes by success as well as by the time limit. This process stays
+    as it is: build LIBERO envs in other processes only.
+    """
+    from fastenv.conformance import success_schedule
+
+    monkeypatch.setenv(success_schedule.VARIABLE, "1")
+    monkeypatch.setenv("FASTENV_SUCCESS_AFTER", str(after))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([success_schedule.HOOK, *paths]))
+

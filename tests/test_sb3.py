@@ -180,3 +180,147 @@ def test_ppo_trains_on_libero_through_the_adapter():
         assert len(model.ep_info_buffer) >= 2  # 40-step episodes in chunks of 4 ended, and were logged
     finally:
         venv.close()
+
+
+# -- the same data as SB3 on LIBERO's own env ------------------------------------------------------
+# The reference is SB3's collector (PPO's collect_rollouts, its Monitor and its rollout buffer) on
+# SB3's vectorization of LIBERO's own env with each env in a process of its own (SubprocVecEnv),
+# stepped one action at a time (chunk 1) or K at a time by the reference chunk loop
+# (tests/stock_libero.py); fastenv's side is the same PPO on fastenv.integrations.sb3.make_vec_env.
+
+
+class _Recorder:
+    """What PPO collected: every step's rewards, dones and final observations (before the time-out
+    bootstrap), each rollout buffer, the episode statistics and the parameters after learning."""
+
+    def __new__(cls):
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class Recorder(BaseCallback):
+            def __init__(self):
+                super().__init__()
+                self.data = {"rewards": [], "dones": [], "final_obs": [], "truncated": [], "buffers": []}
+
+            def _on_step(self):
+                d = self.data
+                d["rewards"].append(self.locals["rewards"].copy())
+                d["dones"].append(self.locals["dones"].copy())
+                for i, info in enumerate(self.locals["infos"]):
+                    if self.locals["dones"][i]:
+                        d["final_obs"].append((len(d["dones"]), i, np.asarray(info["terminal_observation"]).copy()))
+                        d["truncated"].append(bool(info["TimeLimit.truncated"]))
+                return True
+
+            def _on_rollout_end(self):
+                b = self.model.rollout_buffer
+                self.data["buffers"].append({k: getattr(b, k).copy() for k in (
+                    "observations", "actions", "rewards", "returns", "episode_starts", "values", "log_probs", "advantages")})
+
+        return Recorder()
+
+
+def _learn(venv, chunk):
+    n_steps = 32 if chunk == 1 else 6  # two rollouts: 64 or 96 simulator steps per env, 3 to 5 episodes each
+    recorder = _Recorder()
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=n_steps, batch_size=n_steps, n_epochs=1, seed=0, device="cpu",
+                    policy_kwargs={"net_arch": [16]})
+        model.learn(total_timesteps=2 * n_steps * venv.num_envs, callback=recorder)
+        data = recorder.data
+        data["episodes"] = [(e["r"], e["l"]) for e in model.ep_info_buffer]  # Monitor's statistics, less the wall time
+        data["parameters"] = [p.detach().numpy().copy() for p in model.policy.parameters()]
+        return data
+    finally:
+        venv.close()
+
+
+def _stock_sb3(chunk):
+    import functools
+
+    from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+    from stock_libero import make_stock
+
+    venv = sb3_make_vec_env(functools.partial(make_stock, chunk=chunk), n_envs=2, vec_env_cls=SubprocVecEnv,
+                            vec_env_kwargs={"start_method": "spawn"})
+    return _learn(venv, chunk)
+
+
+def _fastenv_sb3(chunk, alter=None):
+    from stock_libero import fastenv_options
+
+    from fastenv.integrations.sb3 import VecMonitor
+
+    vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))
+    return _learn(VecMonitor(SB3VecEnv(vector if alter is None else alter(vector))), chunk)
+
+
+def _assert_same_collection(got, want):
+    assert len(got["buffers"]) == len(want["buffers"]) == 2
+    for r, (g, w) in enumerate(zip(got["buffers"], want["buffers"])):
+        for key in w:
+            assert g[key].dtype == w[key].dtype, key
+            assert_same(g[key], w[key], f"rollout {r}: {key}")
+    for key in ("rewards", "dones", "truncated", "episodes"):
+        assert_same(np.asarray(got[key]), np.asarray(want[key]), key)
+    assert [(t, i) for t, i, _ in got["final_obs"]] == [(t, i) for t, i, _ in want["final_obs"]]
+    for (t, i, g), (_, _, w) in zip(got["final_obs"], want["final_obs"]):
+        assert_same(g, w, f"final observation of env {i} at step {t}")
+    assert_same(tuple(got["parameters"]), tuple(want["parameters"]), "parameters after learning")
+
+
+@pytest.mark.libero
+@pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_ppo_collects_on_fastenv_what_it_collects_on_subproc_vec_env_over_stock_libero(chunk, monkeypatch):
+    from fakes import AlteredReward
+    from stock_libero import schedule_success
+
+    schedule_success(monkeypatch)
+    want = _stock_sb3(chunk)
+    _assert_same_collection(_fastenv_sb3(chunk), want)
+    # What the window covers: several episodes per env, ended by success and by the time limit.
+    terminated, truncated = sum(not t for t in want["truncated"]), sum(want["truncated"])
+    assert terminated >= 2 and truncated >= 1 and len(want["episodes"]) >= 6, (terminated, truncated)
+    # Negative control: one reward of one env altered by 1e-6, below SB3's monitor, is caught.
+    with pytest.raises(AssertionError):
+        _assert_same_collection(_fastenv_sb3(chunk, alter=lambda v: AlteredReward(v, call=5, index=1, by=1e-6)), want)
+
+
+def _observations(venv, steps=45):
+    """Every observation of ``steps`` steps of fixed random actions (SB3 autoresets at each episode's end)."""
+    try:
+        venv.seed(3)
+        out = [venv.reset()]
+        rng = np.random.default_rng(0)
+        ends = []
+        for t in range(steps):
+            obs, _, dones, _ = venv.step(rng.uniform(-1, 1, (venv.num_envs, 7)).astype(np.float32))
+            out.append(obs)
+            ends += [t + 1] if dones.any() else []
+        return np.stack(out), ends
+    finally:
+        venv.close()
+
+
+@pytest.mark.libero
+@pytest.mark.big_memory
+def test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not():
+    # LIBERO places its scenes (here a microwave and its door) with numpy's global generator, which
+    # env.seed seeds: stock envs that share a process take each other's numbers at every reset. So SB3's
+    # default, DummyVecEnv, over two stock envs equals each env stepped alone (SubprocVecEnv: a process
+    # each) only until the first autoreset. fastenv's two envs in one worker process equal them alone.
+    import functools
+
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+    from stock_libero import make_stock, fastenv_options
+
+    alone, ends = _observations(SubprocVecEnv([make_stock] * 2, start_method="spawn"))
+    shared, _ = _observations(DummyVecEnv([functools.partial(make_stock, own_context=True)] * 2))
+    ours, _ = _observations(SB3VecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=1, **fastenv_options(1))))
+    first_reset = ends[0]
+    assert ends and first_reset < len(alone) - 1
+    assert_same(shared[: first_reset], alone[: first_reset])
+    assert not np.array_equal(shared[first_reset:], alone[first_reset:])  # the next scenes differ
+    assert_same(ours, alone)
