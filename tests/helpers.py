@@ -2,9 +2,48 @@
 
 import contextlib
 import functools
+import importlib
+import os
 
 import numpy as np
 import pytest
+
+
+# Where each optional module the tests import comes from: a fastenv extra, or scripts/setup.sh (installed
+# without its own pins). CI installs all of them (scripts/setup.sh's default extras): there, one missing
+# is a broken install, and its tests fail with the import error instead of skipping.
+INSTALLS = {
+    "torch": "torch", "numba": "numba", "robosuite": "libero", "libero": "libero", "stable_baselines3": "sb3",
+    "torchrl": "torchrl", "tensordict": "torchrl", "tianshou": "tianshou", "skrl": "skrl", "sbx": "sbx", "ray": "ray",
+    "tree": "rllib", "mani_skill": "maniskill", "cv2": "maniskill", "vla_eval": "test", "websockets": "eval", "msgpack": "eval",
+    "tyro": "cleanrl", "tensorboard": "cleanrl", "matplotlib": "bench", "tqdm": "bench",
+}
+FROM_SETUP = {"rl_games": "rl_games", "pufferlib": "pufferlib-core", "openpi_client": "openpi-client"}
+
+
+def install_line(name: str) -> str:
+    """How to install the module ``name`` for the tests."""
+    top = name.split(".")[0]
+    if top in FROM_SETUP:
+        return f"scripts/setup.sh installs {FROM_SETUP[top]} for the tests"
+    return f'pip install -e ".[{INSTALLS.get(top, "test")}]"'
+
+
+def need(name: str, why: str = ""):
+    """Import the module ``name`` for a test (or a test module, at its top).
+
+    Outside CI a missing module skips, with the line that installs it. Under CI (``CI`` set), which
+    installs every module the tests use, it raises the ImportError: a broken extra fails the run.
+    """
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            raise ImportError(f"CI installs {name} ({install_line(name)}), and it does not import: {exc}") from exc
+        missing = isinstance(exc, ModuleNotFoundError) and name.startswith(str(exc.name))
+        reason = f"{name} is not installed" if missing else f"{name} does not import ({exc})"
+        reason += f" ({install_line(name)})" + (f": {why}" if why else "")
+        pytest.skip(reason, allow_module_level=True)
 
 
 def assert_same(a, b, where=""):
@@ -127,14 +166,13 @@ class Alone:
 
 
 def skip_unless_script_imports(source, extra):
-    """Skip (not fail) a test of a user's script when a module the script imports is missing.
+    """Skip (under CI: fail) a test of a user's script when a module the script imports is missing.
 
     The skip conditions are the script's own module-level imports, so they cannot drift from it
     (imports inside functions or branches, such as an optional ``wandb``, are the script's options).
     """
     import ast
 
-    import pytest
 
     names = set()
     for node in ast.parse(source).body:
@@ -143,7 +181,7 @@ def skip_unless_script_imports(source, extra):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
     for name in sorted(names):
-        pytest.importorskip(name, reason=f"the script imports {name}: pip install -e '.[{extra}]'")
+        need(name, f"the script imports it (extra {extra})")
 
 
 def commit_seed() -> int:

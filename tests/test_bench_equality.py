@@ -43,7 +43,9 @@ def test_rows_are_recorded_for_the_envs_they_belong_to():
 
 
 def test_a_rows_actions_do_not_depend_on_the_rows_served_with_it():
-    torch = __import__("pytest").importorskip("torch")
+    from helpers import need
+
+    torch = need("torch")
     from fastenv.policy import ChunkPolicy
 
     torch.manual_seed(0)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import need
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +35,7 @@ def test_the_steady_rate_runs_from_the_first_end_to_the_last_start(bench):
 
 @pytest.mark.libero
 def test_the_cpu_smoke_run_writes_every_figure(tmp_path):
-    pytest.importorskip("torch")
+    need("torch")
     out = tmp_path / "bench_eval_gpu.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_eval_gpu.py"), "--device", "cpu", "--workers", "1",
                            "--envs-per-worker", "1", "--no-progress", "--out", str(out)],

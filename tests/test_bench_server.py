@@ -115,7 +115,8 @@ def test_dynamic_batching_above_half_the_envs_is_modelled_as_two_calls_per_cycle
 
 
 # -- the exact batched policy ----------------------------------------------------------------------------
-torch = pytest.importorskip("torch")
+from helpers import need
+torch = need("torch")
 
 
 def _obs(rng, b, shapes, state_dim):

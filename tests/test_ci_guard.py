@@ -60,3 +60,23 @@ def test_ci_runs_a_draw_of_each_sampled_group_that_the_commit_decides(monkeypatc
     monkeypatch.delenv("FASTENV_CI_FULL")
     monkeypatch.delenv("CI")
     assert ci_sampled_out(items) == []
+
+
+@pytest.mark.parametrize("module, files", [
+    ("tianshou", ["test_tianshou.py", "peer/test_tianshou_vector_envs.py"]),
+    ("stable_baselines3", ["test_sb3.py", "peer/test_sb3_vec_envs.py"]),
+])
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_library_the_test_extras_install_that_does_not_import_fails_in_ci_and_skips_elsewhere(tmp_path, module, files, ci):
+    # A broken extra: the package is there but does not import (shadowed here by one that raises).
+    (tmp_path / module).mkdir()
+    (tmp_path / module / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
+    env = {**os.environ, "CI": ci, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *(str(TESTS / f) for f in files)],
+                         capture_output=True, text=True, env=env, cwd=TESTS.parent, timeout=300)
+    if ci:
+        assert out.returncode != 0 and f"{len(files)} errors" in out.stdout, out.stdout[-2000:]
+        assert f"CI installs {module}" in out.stdout and "broken on purpose" in out.stdout
+    else:
+        assert out.returncode == 5 and f"{len(files)} skipped" in out.stdout, out.stdout[-2000:]  # 5: no test ran
+        assert f"{module} does not import (broken on purpose)" in out.stdout

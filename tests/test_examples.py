@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import need
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -36,14 +37,14 @@ def test_make_vec_stages():
 
 
 def test_sb3_ppo_libero():
-    pytest.importorskip("stable_baselines3", reason='needs pip install -e ".[sb3]"')
+    need("stable_baselines3")
     out = run("sb3_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "48")
     assert "trained 64 chunks" in out
 
 
 @pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_torchrl_ppo_libero():
-    pytest.importorskip("torchrl", reason='needs pip install -e ".[torchrl]"')
+    need("torchrl")
     out = run("torchrl_ppo_libero.py", "--total-frames", "64", "--frames-per-batch", "32", "--num-envs", "2", "--num-workers", "2",
               "--camera-size", "32", "--max-episode-steps", "40", "--epochs", "1", "--minibatch", "16")
     assert "batch 2: 64 chunks (512 simulator steps)" in out
@@ -52,7 +53,7 @@ def test_torchrl_ppo_libero():
 
 @pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_tianshou_ppo_libero():
-    pytest.importorskip("tianshou", reason='needs pip install -e ".[tianshou]"')
+    need("tianshou")
     out = run("tianshou_ppo_libero.py", "--epochs", "1", "--epoch-num-steps", "32", "--collection-step-num-env-steps", "16", "--num-envs", "2",
               "--num-test-envs", "0", "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--batch-size", "16")
     assert "trained 32 chunks (128 simulator steps), 2 episodes" in out  # 40-step episodes of 10 chunks ended
@@ -60,7 +61,7 @@ def test_tianshou_ppo_libero():
 
 @pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_skrl_ppo_libero():
-    pytest.importorskip("skrl", reason='needs pip install -e ".[skrl]"')
+    need("skrl")
     out = run("skrl_ppo_libero.py", "--timesteps", "16", "--rollouts", "8", "--num-envs", "2", "--num-workers", "2", "--camera-size", "32",
               "--max-episode-steps", "40", "--learning-epochs", "1", "--mini-batches", "2", "--write-interval", "0")
     assert "trained 16 timesteps: 32 chunks (256 simulator steps)" in out
@@ -68,14 +69,14 @@ def test_skrl_ppo_libero():
 
 @pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_sbx_ppo_libero():
-    pytest.importorskip("sbx", reason='needs pip install -e ".[sbx]"')
+    need("sbx")
     out = run("sbx_ppo_libero.py", "--timesteps", "64", "--num-envs", "2", "--num-workers", "2", "--n-steps", "32", "--camera-size", "32")
     assert "trained 64 chunks (512 simulator steps)" in out
 
 
 @pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_rllib_ppo_libero():
-    pytest.importorskip("tree", reason='needs pip install -e ".[rllib]"')
+    need("tree")
     out = run("rllib_ppo_libero.py", "--iterations", "2", "--batch", "32", "--minibatch", "16", "--epochs", "1", "--num-envs", "2",
               "--num-workers", "2", "--max-episode-steps", "40")
     assert "iteration 2: 64 chunks sampled" in out
@@ -84,7 +85,7 @@ def test_rllib_ppo_libero():
 
 @pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_rl_games_ppo_libero(tmp_path):
-    pytest.importorskip("rl_games", reason="needs rl_games (scripts/setup.sh installs it)")
+    need("rl_games")
     out = run("rl_games_ppo_libero.py", "--epochs", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "16", "--minibatch", "16",
               "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40", "--train-dir", str(tmp_path))
     assert "epoch 2: 64 chunks (256 simulator steps), 6 episodes ended" in out  # 40-step episodes of 10 chunks
@@ -92,7 +93,7 @@ def test_rl_games_ppo_libero(tmp_path):
 
 @pytest.mark.ci_sample("an RL library's PPO example on LIBERO", keep=2)
 def test_pufferlib_libero():
-    pytest.importorskip("pufferlib", reason="needs pufferlib-core (scripts/setup.sh installs it)")
+    need("pufferlib")
     out = run("pufferlib_libero.py", "--iterations", "2", "--num-envs", "2", "--num-workers", "2", "--horizon", "15",
               "--camera-size", "32", "--chunk", "4", "--max-episode-steps", "40")
     # 40-step episodes of 10 chunks, and PufferLib's reset step after each: every env ends one in 16 steps

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from helpers import need
 
 from fastenv.backends.libero import compiled
 from fastenv.core.fast_paths import FastPath
@@ -70,7 +71,7 @@ def _run(script: str, env: dict[str, str], cwd) -> tuple[dict, str]:
 @pytest.mark.libero
 @pytest.mark.timeout(1200)
 def test_a_fresh_numba_cache_steps_with_the_python_loop_while_a_background_process_compiles(tmp_path):
-    pytest.importorskip("numba")
+    need("numba")
     cache = tmp_path / "numba-cache"
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "FASTENV_COMPILE": "background"}
     result, stderr = _run(BACKGROUND, env, tmp_path)
@@ -94,7 +95,7 @@ def test_a_function_this_machine_does_not_run_is_not_waited_for(tmp_path, monkey
     # The compile records, per machine, the compiled functions its envs do not run (a fast path
     # that steps aside here); a cache without them then counts as complete, so no later process
     # starts a compile for them.
-    pytest.importorskip("numba")
+    need("numba")
     kernels = type("Kernels", (), {name: name for name in compiled.KERNELS})
     monkeypatch.setattr(compiled, "_unused_path", lambda k: str(tmp_path / compiled.UNUSED_NAME))
     monkeypatch.setattr(compiled.machine_facts, "cached_here", lambda f: f not in ("begin_step", "env_step"))

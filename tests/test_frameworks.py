@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import need
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -82,7 +83,7 @@ def test_a_shared_pool_spreads_every_stage_over_all_its_workers_and_stops_with_t
     """The pool an env worker's stages share, without a simulator: its rows start empty (each
     stage's LiberoEnv builds its envs in them), stage k is rows [k*n, (k+1)*n), and each stage's
     envs live on every one of the pool's worker processes."""
-    pytest.importorskip("gymnasium")
+    need("gymnasium")
     with pytest.raises(ValueError, match="must divide the shared pool's 4 envs"):
         rlinf_integration._Pool(2, 2, num_workers=3)
     pool = rlinf_integration._Pool(2, 2, num_workers=2)
@@ -104,7 +105,7 @@ def test_a_shared_pool_spreads_every_stage_over_all_its_workers_and_stops_with_t
 
 
 def test_without_rlinf_the_classes_say_what_to_install():
-    pytest.importorskip("gymnasium")
+    need("gymnasium")
     try:
         import rlinf  # noqa: F401
     except ImportError:
@@ -401,7 +402,7 @@ def test_the_pipeline_stage_docs_tables_are_the_committed_json(name):
 
 @pytest.mark.libero
 def test_a_reset_to_a_whole_mujoco_state_equals_the_reset_to_that_init_state_id():
-    pytest.importorskip("libero")
+    need("libero")
     import gymnasium as gym
 
     import fastenv  # noqa: F401

@@ -7,8 +7,9 @@ env step in one compiled call where it serves, robosuite's ``set_goal`` between 
 import numpy as np
 import pytest
 
-pytest.importorskip("numba", reason='the compiled loop needs numba: pip install -e ".[numba]"')
-pytest.importorskip("robosuite", reason='pip install -e ".[libero]"')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("numba", "the compiled loop needs it")
+need("robosuite")
 
 
 @pytest.fixture(scope="module")

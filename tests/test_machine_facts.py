@@ -20,7 +20,8 @@ from fastenv.backends.libero import machine_facts
 from fastenv.conformance.core_types import CORE_TYPES
 from fastenv.core.fast_paths import FastPath
 
-numba = pytest.importorskip("numba", reason='the compiled loop needs numba: pip install -e ".[numba]"')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+numba = need("numba", "the compiled loop needs it")
 
 
 def test_numpys_blas_is_found_and_its_dgemv_is_np_dot_bit_for_bit():
@@ -53,7 +54,7 @@ def test_np_convolve_of_the_acceleration_window_is_summed_as_the_compiled_loop_s
     # numpy sums a correlation with a kernel of up to 11 values in its own loop, not with BLAS
     # (whose AVX-512 ddot sums in another order): the compiled loop computes the form found here,
     # equal to robosuite's np.convolve on columns of every scale.
-    pytest.importorskip("robosuite", reason='pip install -e ".[libero]"')
+    need("robosuite")
     from fastenv.backends.libero import _kernels
 
     form = machine_facts.convolve_form()
@@ -154,7 +155,7 @@ def test_a_fast_path_machine_fact_that_does_not_hold_steps_aside_with_one_line(m
     monkeypatch.setattr(compiled, "_KERNEL", None)
     monkeypatch.setattr(machine_facts, "blas", lambda: machine_facts.Blas(None, "", False, why="no CBLAS dgemv/ddot of numpy's BLAS"))
     monkeypatch.setattr("fastenv.backends.libero.mujoco_facts._SAID", set())
-    pytest.importorskip("robosuite", reason='pip install -e ".[libero]"')
+    need("robosuite")
     with pytest.warns(RuntimeWarning, match="the compiled control loop steps aside .*no CBLAS dgemv/ddot of numpy's BLAS"):
         assert compiled.kernel() is None
     monkeypatch.setattr(compiled, "_KERNEL", None)

@@ -7,7 +7,8 @@ tests/test_maniskill_cpu.py.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+torch = need("torch", "the ManiSkill backend needs it")
 
 from fake_maniskill import FakeManiSkillEnv  # noqa: E402
 
@@ -224,7 +225,7 @@ def test_a_batched_env_someone_built_is_driven_in_place():
 # -- against ManiSkill's own wrappers (they run over the stand-in) ----------------------------------
 def stock_vector_env():
     """ManiSkill's ManiSkillVectorEnv and TimeLimitWrapper (gym.make's), to run over the stand-in."""
-    stock = pytest.importorskip("mani_skill.vector.wrappers.gymnasium", reason="ManiSkill's own vector env is the reference")
+    stock = need("mani_skill.vector.wrappers.gymnasium", "ManiSkill's own vector env is the reference")
     from mani_skill.utils.registration import TimeLimitWrapper
 
     return stock.ManiSkillVectorEnv, TimeLimitWrapper
@@ -434,7 +435,7 @@ def test_flatten_rgbd_on_the_batched_path_is_maniskills_flattening():
     # final observations included.
     from types import SimpleNamespace
 
-    pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
+    need("mani_skill")
     from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper as Stock
 
     from fastenv.integrations.maniskill import FlattenRGBDObservationWrapper

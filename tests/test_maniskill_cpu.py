@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from helpers import skip_unless_script_imports
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
-pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+torch = need("torch", "the ManiSkill backend needs it")
+need("mani_skill")
 
 import fastenv  # noqa: E402
 from fastenv.backends import maniskill as ms  # noqa: E402
@@ -198,7 +199,7 @@ def test_a_digital_twins_green_screen_is_kept_when_only_rgb_is_read(tmp_path):
     # ManiSkill's digital twins compose their rgb from the segmentation (a green screen over a real
     # image): fastenv keeps capturing segmentation for that when only rgb is kept, or its rgb
     # would be the raw render, not the stock env's.
-    cv2 = pytest.importorskip("cv2", reason="ManiSkill's digital twins read their overlay with OpenCV")
+    cv2 = need("cv2", "ManiSkill's digital twins read their overlay with OpenCV")
     overlay = tmp_path / "overlay.png"
     cv2.imwrite(str(overlay), np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8))
     # no domain randomization: it draws camera poses from torch's global generator on every step

@@ -17,8 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
-pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+torch = need("torch", "the ManiSkill backend needs it")
+need("mani_skill")
 
 pytestmark = pytest.mark.maniskill
 

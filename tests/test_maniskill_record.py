@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="ManiSkill's conventions are torch tensors")
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("torch", "ManiSkill's conventions are torch tensors")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -114,7 +115,7 @@ def rollout(envs, seed, actions) -> list:
 
 
 def stock_record():
-    pytest.importorskip("mani_skill.utils.wrappers.record", reason="ManiSkill's own RecordEpisode is the reference")
+    need("mani_skill.utils.wrappers.record", "ManiSkill's own RecordEpisode is the reference")
     from mani_skill.utils.registration import TimeLimitWrapper
     from mani_skill.utils.wrappers.record import RecordEpisode
     from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv

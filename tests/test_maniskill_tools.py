@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import need
 
 from fastenv import cli
 
@@ -59,8 +60,8 @@ def test_vulkan_env_prints_nothing_without_a_driver(monkeypatch, capsys):
 
 
 def maniskill_registry():
-    pytest.importorskip("torch", reason='the ManiSkill backend needs torch (pip install -e ".[maniskill]")')
-    pytest.importorskip("mani_skill", reason='ManiSkill is not installed (pip install -e ".[maniskill]")')
+    need("torch", "the ManiSkill backend needs it")
+    need("mani_skill")
 
 
 @pytest.mark.maniskill

@@ -1,6 +1,7 @@
 """The VLA regime: a policy whose calls cost what a VLA's do (a wait, CPU free), in bench and tune."""
 
 import pytest
+from helpers import need
 
 from fastenv.policy_cost import PRESETS, InferenceCost, inference_cost
 
@@ -85,7 +86,7 @@ def test_overlap_is_set_against_the_bound_of_perfect_overlap():
 
 
 def test_the_vla_sized_transformer_runs_and_has_a_vlas_size():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from fastenv.policy import VLASizedTransformer
 
     tiny = VLASizedTransformer(chunk=5, views=2, width=32, depth=1, mlp=64, heads=2, expert_width=16, expert_mlp=32, steps=2,
@@ -97,7 +98,7 @@ def test_the_vla_sized_transformer_runs_and_has_a_vlas_size():
 
 
 def test_the_transformer_needs_cuda_and_says_so():
-    pytest.importorskip("torch")
+    need("torch")
     import torch
 
     from fastenv.bench import BenchConfig, VLACost

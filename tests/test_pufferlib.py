@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-pufferlib = pytest.importorskip("pufferlib", reason="pufferlib-core is not installed (scripts/setup.sh installs it for the tests)")
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("pufferlib")
 
 import pufferlib.emulation  # noqa: E402
 import pufferlib.vector  # noqa: E402

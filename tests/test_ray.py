@@ -8,7 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+ray = need("ray")
 
 # One local Ray cluster at a time on this machine: the Ray tests (and the docs' Ray snippets) run in one test process.
 pytestmark = pytest.mark.xdist_group("ray")

@@ -9,8 +9,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("rl_games", reason='rl_games is not installed (scripts/setup.sh installs it for the tests)')
-ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]"): RayVecEnv is the reference')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("rl_games")
+ray = need("ray")
 
 # One local Ray cluster at a time on this machine: the Ray tests run in one test process.
 pytestmark = pytest.mark.xdist_group("ray")

@@ -12,14 +12,14 @@ and the module's outputs.
 
 from __future__ import annotations
 
-import importlib.util
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("ray") is None or importlib.util.find_spec("tree") is None:
-    pytest.skip('RLlib is not installed (pip install -e ".[rllib]")', allow_module_level=True)
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("ray")
+need("tree", "one of RLlib's dependencies")
 
 from fakes import RandomLengthEnv  # noqa: E402
 from helpers import assert_same  # noqa: E402

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import need
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +21,7 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.big_memory
 @pytest.mark.ci_sample("the same PPO run")
 def test_training_benchmark_finds_both_runs_identical_at_every_update(tmp_path):
-    pytest.importorskip("torch")
+    need("torch")
     out = run(
         "benchmarks/bench_training.py", "--updates", "1", "--layout", "dynamic", "--camera-size", "64", "--num-steps", "4",
         "--max-episode-steps", "20", "--num-envs", "2", "--maniskill-envs", "4", "--maniskill-updates", "2", "--out", str(tmp_path / "t.json"),
@@ -44,7 +45,7 @@ def test_training_benchmark_finds_both_runs_identical_at_every_update(tmp_path):
 @pytest.mark.big_memory
 @pytest.mark.ci_sample("the same PPO run")
 def test_the_learning_curve_example_runs_both_stacks_identically(tmp_path):
-    pytest.importorskip("torch")
+    need("torch")
     out = run("examples/same_run.py", "--total-steps", "400", "--num-envs", "4", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr

@@ -4,7 +4,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("stable_baselines3", "Stable-Baselines3 is not installed")
 
 from fakes import RandomLengthEnv  # noqa: E402
 from helpers import assert_same  # noqa: E402
@@ -108,7 +109,7 @@ def test_ppo_bootstraps_truncated_episodes_from_the_final_observations(pair):
 
 def test_tensors_of_a_torch_backend_come_out_as_numpy():
     # ManiSkill keeps its tensors on the device; SB3 needs numpy everywhere.
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from fake_maniskill import FakeManiSkillEnv
 
     from fastenv.backends.maniskill import ManiSkillVectorEnv

@@ -15,7 +15,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("stable_baselines3", "Stable-Baselines3 is not installed")
 
 import torch as th  # noqa: E402
 from fakes import CountdownEnv, DictCountdownEnv, RandomLengthEnv  # noqa: E402

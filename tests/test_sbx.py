@@ -14,14 +14,13 @@ the returns and advantages of each rollout, and the episodes it logs.
 from __future__ import annotations
 
 import functools
-import importlib.util
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("sbx") is None:
-    pytest.skip('SBX is not installed (pip install -e ".[sbx]")', allow_module_level=True)
+from helpers import need
+need("sbx")
 
 from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
 from sbx import PPO  # noqa: E402

@@ -12,14 +12,13 @@ time-limit bootstrap, values, log-probabilities) and the returns and advantages 
 
 from __future__ import annotations
 
-import importlib.util
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("skrl") is None:
-    pytest.skip('skrl is not installed (pip install -e ".[skrl]")', allow_module_level=True)
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("skrl")
 
 import torch  # noqa: E402
 from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402

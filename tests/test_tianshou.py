@@ -6,7 +6,8 @@ import functools
 import numpy as np
 import pytest
 
-pytest.importorskip("tianshou", reason='Tianshou is not installed (pip install -e ".[tianshou]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("tianshou")
 
 from fakes import RandomLengthEnv  # noqa: E402
 from helpers import assert_identical  # noqa: E402

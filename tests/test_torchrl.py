@@ -9,14 +9,13 @@ itself when its episode ends. fastenv's vector env reaches TorchRL through
 from __future__ import annotations
 
 import functools
-import importlib.util
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("torchrl") is None:
-    pytest.skip('TorchRL is not installed (pip install -e ".[torchrl]")', allow_module_level=True)
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("torchrl")
 
 # First: TorchRL's imports load MuJoCo, and fastenv chooses its GL platform before that.
 from fastenv.integrations.torchrl import ResetOnRequest, make_env, wrap  # noqa: I001

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("pufferlib", reason="pufferlib-core is not installed (scripts/setup.sh installs it for the tests)")
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("pufferlib")
 
 import pufferlib  # noqa: E402
 import pufferlib.emulation  # noqa: E402

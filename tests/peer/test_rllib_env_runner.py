@@ -22,14 +22,14 @@ Differences from RLlib's tests:
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import gymnasium as gym
 import pytest
 
-if importlib.util.find_spec("ray") is None or importlib.util.find_spec("tree") is None:
-    pytest.skip('RLlib is not installed (pip install -e ".[rllib]")', allow_module_level=True)
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("ray")
+need("tree", "one of RLlib's dependencies")
 
 from fakes import CountdownEnv, RandomLengthEnv  # noqa: E402
 from helpers import assert_same  # noqa: E402

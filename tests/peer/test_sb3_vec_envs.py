@@ -47,7 +47,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-pytest.importorskip("stable_baselines3", reason='Stable-Baselines3 is not installed (pip install -e ".[sb3]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("stable_baselines3")
 
 import helpers  # noqa: E402
 from helpers import Contracts  # noqa: E402

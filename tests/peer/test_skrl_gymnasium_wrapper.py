@@ -26,14 +26,13 @@ Differences from skrl's tests:
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 
 import gymnasium as gym
 import pytest
 
-if importlib.util.find_spec("skrl") is None:
-    pytest.skip('skrl is not installed (pip install -e ".[skrl]")', allow_module_level=True)
+from helpers import need
+need("skrl")
 
 import torch  # noqa: E402
 from fakes import RandomLengthEnv  # noqa: E402

@@ -31,7 +31,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-pytest.importorskip("tianshou", reason='Tianshou is not installed (pip install -e ".[tianshou]")')
+from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
+need("tianshou")
 
 from fakes import WalkEnv  # noqa: E402  (in a module of its own: the workers import it, not Tianshou)
 from helpers import assert_identical  # noqa: E402

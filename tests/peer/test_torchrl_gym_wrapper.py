@@ -24,14 +24,12 @@ Differences from TorchRL's tests:
 from __future__ import annotations
 
 import functools
-import importlib.util
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
-if importlib.util.find_spec("torchrl") is None:
-    pytest.skip('TorchRL is not installed (pip install -e ".[torchrl]")', allow_module_level=True)
+from helpers import need
+need("torchrl")
 
 from fastenv.integrations.torchrl import ResetOnRequest, wrap  # noqa: I001  (before TorchRL: MUJOCO_GL)
 
