@@ -108,6 +108,29 @@ def test_a_function_this_machine_does_not_run_is_not_waited_for(tmp_path, monkey
     assert compiled.unused(kernels) == {} and compiled.cached(kernels) is False
 
 
+def test_a_record_made_for_another_source_of_the_compiled_functions_does_not_count(tmp_path, monkeypatch):
+    # numba compiles the functions again once their source changes (an edit, an upgrade): what the
+    # last compile found unused says nothing then. The key stamps the source, and a new record
+    # replaces this machine's records of other sources.
+    import json
+
+    need("numba")
+    kernels = type("Kernels", (), {name: name for name in compiled.KERNELS})
+    path = tmp_path / compiled.UNUSED_NAME
+    monkeypatch.setattr(compiled, "_unused_path", lambda k: str(path))
+    here = compiled._machine_key()
+    machine = here.rsplit(compiled._SOURCE, 1)[0]
+    monkeypatch.setattr(compiled, "_machine_key", lambda: f"{machine}{compiled._SOURCE}1.0 100")  # an earlier source
+    compiled.record_unused(kernels, {"step": "the compiled set_goal differed"})
+    monkeypatch.setattr(compiled, "_machine_key", lambda: "another machine")
+    compiled.record_unused(kernels, {"goal": "another machine's"})
+    monkeypatch.undo()
+    monkeypatch.setattr(compiled, "_unused_path", lambda k: str(path))
+    assert compiled.unused(kernels) == {}
+    compiled.record_unused(kernels, {})
+    assert json.loads(path.read_text()) == {"another machine": {"goal": "another machine's"}, here: {}}
+
+
 @pytest.mark.libero
 def test_fastenv_compile_says_what_serves_here():
     run = subprocess.run([sys.executable, "-m", "fastenv.cli", "compile"], capture_output=True, text=True, timeout=900)

@@ -188,3 +188,81 @@ def test_an_env_step_runs_in_one_call_and_a_set_goal_that_differs_runs_robosuite
     finally:
         for adapter in adapters:
             adapter.close()
+
+
+def test_the_controllers_attributes_lie_where_numpys_arrays_lie(kernel):
+    # Each attribute in the compiled functions' state from a multiple of 64 bytes of a numpy buffer,
+    # none overlapping, the torques last: a matrix the loop hands numpy's BLAS (J_full.T) starts at a
+    # multiple of numpy's allocation alignment, as robosuite's fresh arrays do.
+    from fastenv.backends.libero import _kernels
+    from fastenv.backends.libero.control import _state_views
+
+    for k in range(2, _kernels.MAX_DOFS + 1):
+        layout = kernel.state_layout(k)
+        views = _state_views(k)
+        assert tuple(name for name, *_ in views) == _kernels.STATE_ATTRIBUTES
+        assert [offset for _, _, offset, _ in views] == [8 * at for at in layout[:-1]]
+        ends = [8 * at + 8 * int(np.prod(shape)) for (_, shape, _, _), at in zip(views, layout)]
+        assert all(start % 64 == 0 for start in (8 * at for at in layout[:-1])), k
+        assert all(end <= 8 * start for end, start in zip(ends, layout[1:-1])), k  # no overlap
+        assert ends[-1] == 8 * layout[-1]  # the torques end the buffer
+
+
+def test_the_compiled_loop_serves_where_numpys_dgemv_sums_otherwise_off_its_alignment(kernel):
+    # OpenBLAS 0.3.23's Prescott dgemv (numpy 1.26's wheels on a CPU that OpenBLAS does not know)
+    # gives other bits for a row-major matrix that is not 16-byte aligned; robosuite's matrices are
+    # fresh numpy arrays, 16-byte aligned. A stand-in for numpy's dgemv, one bit off for a matrix off
+    # that alignment: the compiled loop (its products through the stand-in) still equals robosuite's
+    # loop (numpy's own) in every env step and serves. The same stand-in one bit off for an aligned
+    # matrix instead (a negative control): the once-per-env check finds it, and the env steps aside.
+    import ctypes
+    import warnings
+
+    from fastenv.backends.libero import LiberoAdapter, LiberoTask, machine_facts
+    from fastenv.core.fast_paths import FastPath
+
+    found = machine_facts.blas()
+    integer = ctypes.c_int64 if found.int64 else ctypes.c_int32
+    prototype = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, integer, integer, ctypes.c_double, ctypes.c_void_p, integer,
+                                 ctypes.c_void_p, integer, ctypes.c_double, ctypes.c_void_p, integer)
+    real = prototype(found.gemv)
+    matrices = []
+
+    def stand_in(off):
+        def gemv(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy):
+            real(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
+            matrices.append(a)
+            if off(a):
+                ctypes.c_int64.from_address(y).value ^= 1
+
+        return prototype(gemv)
+
+    actions = np.random.default_rng(4).uniform(-1, 1, (8, 7))
+    task = LiberoTask.load("libero_goal", 7)
+    stock = LiberoAdapter(task, keys=["robot0_proprio-state"], camera_size=32)
+    stock.fast_substep = False
+    kept = kernel._functions
+    try:
+        expected = _rollout(stock, actions)
+        expected_qpos = np.array(stock._raw.sim.data.qpos)
+        for off, serves in ((lambda a: a % 16 != 0, True), (lambda a: a % 16 == 0, False)):
+            gemv = stand_in(off)
+            mj, blas, la = kept
+            kernel._functions = (mj, (np.uintp(ctypes.cast(gemv, ctypes.c_void_p).value), *blas[1:]), la)
+            matrices.clear()
+            fast = LiberoAdapter(task, keys=["robot0_proprio-state"], camera_size=32)
+            try:
+                with warnings.catch_warnings(record=True) as said:
+                    warnings.simplefilter("always", RuntimeWarning)
+                    assert _rollout(fast, actions) == expected
+                assert np.array_equal(fast._raw.sim.data.qpos, expected_qpos)
+                assert fast.fast_paths()[FastPath.COMPILED_CONTROL_LOOP] is serves, [str(w.message) for w in said]
+                assert any("compiled control loop's torques differ" in str(w.message) for w in said) is not serves
+                assert matrices  # the compiled products went through the stand-in
+                if serves:
+                    assert len(matrices) > 4 * len(actions) and all(a % 16 == 0 for a in matrices)
+            finally:
+                fast.close()
+    finally:
+        kernel._functions = kept
+        stock.close()

@@ -50,6 +50,70 @@ def test_a_dgemv_that_is_not_np_dots_is_found_out():
     assert "matrix" in machine_facts._dot_mismatch(reversed_gemv, True)
 
 
+def _gemv_off_by_one_bit_where(misplaced, int64):
+    # numpy's own dgemv, its first result one bit off where ``misplaced(address of the matrix)``: a
+    # kernel that sums in another order from another alignment, as OpenBLAS 0.3.23's Prescott dgemv
+    # does for a row-major matrix that is not 16-byte aligned
+    integer = ctypes.c_int64 if int64 else ctypes.c_int32
+    real = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, integer, integer, ctypes.c_double, ctypes.c_void_p, integer,
+                            ctypes.c_void_p, integer, ctypes.c_double, ctypes.c_void_p, integer)(machine_facts.blas().gemv)
+
+    def gemv(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy):
+        real(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
+        if misplaced(a):
+            ctypes.c_int64.from_address(y).value ^= 1
+
+    return gemv
+
+
+def test_a_dgemv_whose_bits_depend_on_where_numpys_arrays_lie_is_found_out(monkeypatch):
+    # robosuite's operands are fresh numpy arrays, at multiples of its allocator's alignment (16 bytes
+    # here); a kernel that gives other bits at one such address than at another makes robosuite's
+    # own np.dot depend on where malloc puts an array: found out. One that differs only off that
+    # alignment (OpenBLAS 0.3.23's Prescott kernels) is not: numpy's arrays, and the compiled loop's
+    # operands, never lie there.
+    found = machine_facts.blas()
+    assert machine_facts.allocation_alignment() >= 16 and machine_facts._placement_step() == 16  # malloc's, on 64-bit Linux
+    assert machine_facts._placement_mismatch(_gemv_off_by_one_bit_where(lambda a: a % 32 == 16, found.int64), found.int64) == (
+        "a 3x7 C-ordered matrix")
+    prescott_like = _gemv_off_by_one_bit_where(lambda a: a % 16 != 0, found.int64)
+    assert machine_facts._placement_mismatch(prescott_like, found.int64) == ""
+    assert machine_facts._dot_mismatch(prescott_like, found.int64) != ""  # the same arrays off alignment: not np.dot's function
+    assert machine_facts._placement_mismatch(ctypes.CFUNCTYPE(None)(found.gemv), found.int64) == ""  # numpy's own: one result per address kind
+    # where found, the compiled loop steps aside, its line naming the matrix and why
+    monkeypatch.setattr(machine_facts, "_placement_mismatch", lambda gemv, int64: "a 7x6 C-ordered matrix")
+    why = machine_facts.blas.__wrapped__().why
+    assert f"{found.symbol} of {os.path.basename(found.library)}, {found.core_type} kernels gives other bits for a 7x6 C-ordered matrix at " \
+           "another address aligned as numpy's arrays are (16 bytes): robosuite's np.dot then depends on where numpy's allocator" in why
+
+
+def test_a_placement_that_changes_set_goals_bits_is_found_out():
+    # set_goal's norm of scaled_delta[3:], a view 24 bytes into a fresh array: a ddot whose bits
+    # depend on where such a vector lies (8 or 24 bytes past a multiple of 32) makes robosuite's
+    # set_goal depend on malloc's placement: found out, as is such a dgemm; numpy's own are not.
+    found = machine_facts.blas()
+    integer = ctypes.c_int64 if found.int64 else ctypes.c_int32
+    ddot = ctypes.CFUNCTYPE(ctypes.c_double, integer, ctypes.c_void_p, integer, ctypes.c_void_p, integer)(found.ddot)
+    gemm_address = machine_facts.goal_arithmetic().gemm
+    assert gemm_address
+    gemm = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer, ctypes.c_double, ctypes.c_void_p,
+                            integer, ctypes.c_void_p, integer, ctypes.c_double, ctypes.c_void_p, integer)(gemm_address)
+
+    def ddot_off_at_8_past_32(n, x, incx, y, incy):
+        value = ddot(n, x, incx, y, incy)
+        return float(np.nextafter(value, np.inf)) if x % 32 == 8 else value
+
+    def gemm_off_at_16_past_32(*args):
+        gemm(*args)
+        if args[7] % 32 == 16:  # the first matrix
+            ctypes.c_int64.from_address(args[12]).value ^= 1
+
+    rng = np.random.default_rng(0)
+    assert machine_facts._goal_placement_mismatch(gemm, ddot, rng) == ""
+    assert machine_facts._goal_placement_mismatch(gemm, ddot_off_at_8_past_32, rng) == "numpy's np.linalg.norm of a 3-vector (its BLAS ddot)"
+    assert machine_facts._goal_placement_mismatch(gemm_off_at_16_past_32, ddot, rng) == "numpy's 3 x 3 np.dot (its BLAS dgemm)"
+
+
 def test_np_convolve_of_the_acceleration_window_is_summed_as_the_compiled_loop_sums_it():
     # numpy sums a correlation with a kernel of up to 11 values in its own loop, not with BLAS
     # (whose AVX-512 ddot sums in another order): the compiled loop computes the form found here,

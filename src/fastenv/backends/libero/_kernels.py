@@ -392,6 +392,29 @@ def opspace(la, work, iwork, mass, J_full, J_pos, J_ori):
     return np.copy(lambda_full), np.copy(lambda_pos), np.copy(lambda_ori), np.copy(nullspace)
 
 
+# The controller's attributes in ``state`` (``control``), in this order, each from a multiple of 8
+# values (64 bytes) of a buffer numpy allocated: a matrix handed to numpy's BLAS then starts where
+# numpy's own arrays start, at a multiple of its allocator's alignment, as robosuite's does (J_full.T
+# in run_controller). Some kernels sum otherwise from another alignment: OpenBLAS 0.3.23's Prescott
+# dgemv does for a row-major matrix that is not 16-byte aligned (machine_facts.blas checks placements).
+STATE_ATTRIBUTES = ("ee_pos", "ee_ori_mat", "ee_pos_vel", "ee_ori_vel", "joint_pos", "joint_vel", "J_pos", "J_ori", "mass_matrix",
+                    "J_full", "torques")
+
+
+@numba.njit(cache=True)
+def state_layout(k):
+    """Where each of ``STATE_ATTRIBUTES`` starts in ``state`` for ``k`` joints, then ``state``'s size
+    (the torques end it). Plain Python too (``state_layout.py_func``)."""
+    joint_pos = 40  # after ee_pos (3), ee_ori_mat (9), ee_pos_vel (3), ee_ori_vel (3), each rounded up to 8
+    joint_vel = joint_pos + (k + 7) // 8 * 8
+    j_pos = joint_vel + (k + 7) // 8 * 8
+    j_ori = j_pos + (3 * k + 7) // 8 * 8
+    mass = j_ori + (3 * k + 7) // 8 * 8
+    j_full = mass + (k * k + 7) // 8 * 8
+    torques = j_full + (6 * k + 7) // 8 * 8
+    return (0, 8, 24, 32, joint_pos, joint_vel, j_pos, j_ori, mass, j_full, torques, torques + k)
+
+
 @numba.njit(cache=True)
 def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork, jacp, jacr,
           full_mass):
@@ -399,16 +422,17 @@ def _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_x
     and velocity stages are current: the controller's attributes it sets, as views of ``state``
     (where ``_store`` puts them, see ``control``)."""
     k = qvel_index.shape[0]
-    ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel = state[0:3], state[3:12].reshape((3, 3)), state[12:15], state[15:18]
-    joint_pos, joint_vel = state[18:18 + k], state[18 + k:18 + 2 * k]
+    at = state_layout(k)
+    ee_pos, ee_ori_mat = state[at[0]:at[0] + 3], state[at[1]:at[1] + 9].reshape((3, 3))
+    ee_pos_vel, ee_ori_vel = state[at[2]:at[2] + 3], state[at[3]:at[3] + 3]
+    joint_pos, joint_vel = state[at[4]:at[4] + k], state[at[5]:at[5] + k]
     # numpy's fancy indexing (jacp[:, index], mass[index, :][:, index]) gives these in Fortran
     # order (np.vstack of the two Jacobians too), and robosuite's numba functions are compiled
     # (and compute, to the last bit) for the layout they get
-    o = 18 + 2 * k
-    J_pos = state[o:o + 3 * k].reshape((k, 3)).T
-    J_ori = state[o + 3 * k:o + 6 * k].reshape((k, 3)).T
-    mass = state[o + 6 * k:o + 6 * k + k * k].reshape((k, k)).T
-    J_full = state[o + 6 * k + k * k:o + 12 * k + k * k].reshape((k, 6)).T
+    J_pos = state[at[6]:at[6] + 3 * k].reshape((k, 3)).T
+    J_ori = state[at[7]:at[7] + 3 * k].reshape((k, 3)).T
+    mass = state[at[8]:at[8] + k * k].reshape((k, k)).T
+    J_full = state[at[9]:at[9] + 6 * k].reshape((k, 6)).T
     for i in range(3):
         ee_pos[i] = site_xpos[site, i]
         for j in range(3):
@@ -449,19 +473,21 @@ def _store(state, read):
     if ee_pos.ctypes.data == state.ctypes.data:
         return
     k = joint_pos.shape[0]
-    state[0:3] = ee_pos
-    state[3:12] = ee_ori_mat.ravel()
-    state[12:15] = ee_pos_vel
-    state[15:18] = ee_ori_vel
-    o = 18
-    for part in (joint_pos, joint_vel):
-        state[o:o + k] = part
-        o += k
+    at = state_layout(k)
+    state[at[0]:at[0] + 3] = ee_pos
+    state[at[1]:at[1] + 9] = ee_ori_mat.ravel()
+    state[at[2]:at[2] + 3] = ee_pos_vel
+    state[at[3]:at[3] + 3] = ee_ori_vel
+    state[at[4]:at[4] + k] = joint_pos
+    state[at[5]:at[5] + k] = joint_vel
+    which = 6
     for part in (J_pos, J_ori, mass, J_full):  # column by column: the Fortran order robosuite's arrays have
+        o = at[which]
         rows = part.shape[0]
         for c in range(k):
             state[o:o + rows] = part[:, c]
             o += rows
+        which += 1
 
 
 @numba.njit(cache=True)
@@ -479,9 +505,10 @@ def control(mj, blas, la, model, data, site, qpos_index, qvel_index, site_xpos, 
     (``mj_forward`` or ``mj_step1`` ran on it): robosuite's ``Controller.update`` and
     ``OperationalSpaceController.run_controller`` (no interpolators).
 
-    ``state`` receives the controller's attributes as those leave them, flat: ee_pos(3)
-    ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3) joint_pos(k) joint_vel(k), then column
-    by column J_pos(3k) J_ori(3k) mass_matrix(k*k) J_full(6k), then torques(k).
+    ``state`` receives the controller's attributes as those leave them, flat, each where
+    ``state_layout`` puts it: ee_pos(3) ee_ori_mat(9, row by row) ee_pos_vel(3) ee_ori_vel(3)
+    joint_pos(k) joint_vel(k), then column by column J_pos(3k) J_ori(3k) mass_matrix(k*k) J_full(6k),
+    then torques(k), last.
     """
     read = _read(mj, blas, model, data, site, qpos_index, qvel_index, site_xpos, site_xmat, qpos, qvel, qM, state, work, iwork,
                  jacp, jacr, full_mass)

@@ -144,11 +144,19 @@ def _unused_path(kernels: Any) -> str:
     return os.path.join(kernels.control._cache._cache_path, UNUSED_NAME)
 
 
+_SOURCE = " source "  # in a record's key: what comes after it stamps the compiled functions' source
+
+
 def _machine_key() -> str:
+    """This machine's key in the record: the CPU numba compiles for, numpy, its BLAS library and kernel
+    set, then the compiled functions' source as numba's cache stamps it (modification time and size):
+    an edited or upgraded fastenv, whose functions numba compiles again, records afresh."""
     from numba.core.registry import cpu_target
 
     blas = machine_facts.blas()
-    return f"{cpu_target.target_context.codegen().magic_tuple()!r} numpy {np.__version__} {blas.library} {blas.core_type}"
+    source = os.stat(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_kernels.py"))
+    return (f"{cpu_target.target_context.codegen().magic_tuple()!r} numpy {np.__version__} {blas.library} {blas.core_type}"
+            f"{_SOURCE}{source.st_mtime} {source.st_size}")
 
 
 def unused(kernels: Any) -> dict[str, str]:
@@ -173,7 +181,10 @@ def record_unused(kernels: Any, names: dict[str, str]) -> None:
             table = json.load(f)
     except (OSError, ValueError):
         table = {}
-    table[_machine_key()] = names
+    key = _machine_key()
+    machine = key.rsplit(_SOURCE, 1)[0]
+    table = {k: v for k, v in table.items() if k.rsplit(_SOURCE, 1)[0] != machine}  # this machine's records of other sources
+    table[key] = names
     tmp = f"{path}.{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(table, f, indent=1)
@@ -331,6 +342,11 @@ class Kernel:
 
     def step(self, *args: Any) -> int:
         return self._call("step", *args)
+
+    def state_layout(self, k: int) -> tuple[int, ...]:
+        """Where each controller attribute starts in the compiled functions' ``state`` for ``k``
+        joints, in ``_kernels.STATE_ATTRIBUTES``' order, then the buffer's size (``_kernels.state_layout``)."""
+        return tuple(int(at) for at in self._kernels.state_layout.py_func(k))
 
     @property
     def compiles_goal(self) -> bool:

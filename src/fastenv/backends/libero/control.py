@@ -363,7 +363,7 @@ class ControlLoop:
                  data.site_xpos, data.site_xmat, data.qpos, data.qvel, data.qfrc_bias, inertia),
                 (np.asarray(controller.kp, dtype=np.float64), np.asarray(controller.kd, dtype=np.float64), bool(controller.uncoupling),
                  np.asarray(controller.initial_joint, dtype=np.float64),
-                 np.empty(18 + 15 * k + k * k), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)),  # state (_kernels.control), buffers
+                 np.empty(compiled_kernel().state_layout(k)[-1]), np.zeros((3, nv)), np.zeros((3, nv)), np.zeros((nv, nv)),  # state (_kernels.control), buffers
                  work, iwork),
             )
         goal = (np.array(controller.goal_pos, dtype=np.float64), np.array(controller.goal_ori, dtype=np.float64))  # set at each policy step
@@ -494,7 +494,9 @@ class ControlLoop:
                 return None
             state = args[_STATE]
             if given is None:
-                controller.ee_pos, controller.ee_ori_mat = state[0:3], state[3:12].reshape(3, 3)  # what set_goal reads; replaced below
+                # what set_goal reads (replaced below): views of where the compiled update put it
+                controller.ee_pos, controller.ee_ori_mat = (np.ndarray(shape, np.float64, state, offset, strides)
+                                                            for _, shape, offset, strides in _state_views(len(controller.qvel_index))[:2])
                 controller.new_update = False  # set_goal's update() is then a no-op
             trial = self._goal_trial(controller, action) if self._goal_checked is None else None
             controller.set_goal(action[: controller.control_dim])
@@ -685,15 +687,15 @@ _NO_FLAGS = np.zeros(0, dtype=np.int32)
 
 @lru_cache(maxsize=None)
 def _state_views(k: int) -> tuple[tuple[str, tuple[int, ...], int, tuple[int, ...]], ...]:
-    """Each controller attribute in the compiled functions' ``state`` (``_kernels.control``): its
-    name, shape, byte offset and strides (numpy's fancy indexing leaves J_pos, J_ori and the mass
-    matrix in Fortran order, and np.vstack of the first two J_full); torques last."""
-    o = 18 + 2 * k
-    shapes = (("ee_pos", (3,), 0, (8,)), ("ee_ori_mat", (3, 3), 3, (24, 8)), ("ee_pos_vel", (3,), 12, (8,)), ("ee_ori_vel", (3,), 15, (8,)),
-              ("joint_pos", (k,), 18, (8,)), ("joint_vel", (k,), 18 + k, (8,)), ("J_pos", (3, k), o, (8, 24)),
-              ("J_ori", (3, k), o + 3 * k, (8, 24)), ("mass_matrix", (k, k), o + 6 * k, (8, 8 * k)),
-              ("J_full", (6, k), o + 6 * k + k * k, (8, 48)), ("torques", (k,), o + 12 * k + k * k, (8,)))
-    return tuple((name, shape, 8 * at, strides) for name, shape, at, strides in shapes)
+    """Each controller attribute in the compiled functions' ``state`` (``_kernels.control``, where
+    ``_kernels.state_layout`` puts it): its name, shape, byte offset and strides (numpy's fancy
+    indexing leaves J_pos, J_ori and the mass matrix in Fortran order, and np.vstack of the first
+    two J_full); torques last."""
+    at = compiled_kernel().state_layout(k)
+    shapes = (("ee_pos", (3,), (8,)), ("ee_ori_mat", (3, 3), (24, 8)), ("ee_pos_vel", (3,), (8,)), ("ee_ori_vel", (3,), (8,)),
+              ("joint_pos", (k,), (8,)), ("joint_vel", (k,), (8,)), ("J_pos", (3, k), (8, 24)), ("J_ori", (3, k), (8, 24)),
+              ("mass_matrix", (k, k), (8, 8 * k)), ("J_full", (6, k), (8, 48)), ("torques", (k,), (8,)))
+    return tuple((name, shape, 8 * start, strides) for (name, shape, strides), start in zip(shapes, at))
 _SCALE = ("input_min", "input_max", "action_input_transform", "action_scale", "action_output_transform")  # what scale_action reads
 
 

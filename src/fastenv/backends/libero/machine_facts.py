@@ -15,6 +15,17 @@ with one warning line saying why. Every way the fast paths depend on the machine
   the shapes and layouts the controller multiplies, at several memory alignments. A numpy whose
   BLAS is another library (MKL, BLIS, a system OpenBLAS, Accelerate) is found the same way by its
   CBLAS symbols; where none is found, or the comparison fails, the compiled loop steps aside.
+- **Where the operands lie.** A kernel may sum in another order for another address: OpenBLAS
+  0.3.23's Prescott ``dgemv`` (numpy 1.26's wheels, on a CPU that OpenBLAS does not know) for a
+  row-major matrix that is not 16-byte aligned, its ``ddot`` for such a vector. The address is
+  then an argument too. robosuite's operands are fresh numpy arrays, at multiples of numpy's
+  allocator's alignment (``allocation_alignment()``, malloc's 16 bytes on 64-bit Linux), or views
+  at fixed offsets into them (``set_goal``'s rotation vector); the compiled loop places its own at
+  such addresses (numba's arrays at multiples of 32 bytes, the controller's attributes at multiples
+  of 64 bytes into a numpy buffer: ``_kernels.state_layout``). ``blas()`` and ``goal_arithmetic()``
+  check that the results are the same at every address of that kind; where they are not,
+  robosuite's own results depend on where numpy's allocator puts an array, and the compiled loop
+  (or its ``set_goal``) steps aside, saying so.
 - **numpy's arithmetic outside BLAS.** robosuite's acceleration estimate is
   ``np.convolve(column, np.ones(10) / 10.0, mode="valid")``. numpy computes a correlation with a
   kernel of at most 11 values in its own C loop (``small_correlate``), not with BLAS: a sum from
@@ -59,6 +70,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import itertools
 import math
 import os
 import random
@@ -85,6 +97,13 @@ _BLAS_NAMES = ("blas", "mkl", "blis", "accelerate", "flexiblas")
 # np.dot(matrix, vector) shapes the controller computes (k = 7 joints): the Jacobians times qvel,
 # the operational-space matrices times the desired force, torque or wrench, J_full.T times the wrench.
 _DOT_SHAPES = ((3, 7), (3, 9), (3, 3), (6, 6), (7, 6), (6, 7), (7, 7))
+
+# numba allocates arrays at multiples of 32 bytes (its preferred array alignment, for AVX); the
+# addresses compared are the multiples, within 64 bytes, of what numpy's and numba's arrays share.
+_NUMBA_ALIGNMENT = 32
+_SPAN = 64
+# The sizes (float64 values) of the arrays robosuite's controller and set_goal allocate (k = 7).
+_ALLOCATED = (3, 6, 7, 9, 18, 21, 42, 49, 63)
 
 
 @dataclass(frozen=True)
@@ -125,9 +144,14 @@ def blas() -> Blas:
         core_type=info.get("architecture"), version=info.get("version"),
     )
     mismatch = _dot_mismatch(gemv, int64)
-    if mismatch:
-        return Blas(out.library, out.symbol, int64, out.gemv, out.ddot, out.vendor, out.core_type, out.version,
-                    why=f"np.dot differs from {out.symbol} of {os.path.basename(path)} ({mismatch})")
+    why = f"np.dot differs from {out.symbol} of {os.path.basename(path)} ({mismatch})" if mismatch else ""
+    moved = "" if mismatch else _placement_mismatch(gemv, int64)
+    if moved:
+        kernels = f", {out.core_type} kernels" if out.core_type else ""
+        why = (f"{out.symbol} of {os.path.basename(path)}{kernels} gives other bits for {moved} at another address aligned as "
+               f"numpy's arrays are ({_placement_step()} bytes): robosuite's np.dot then depends on where numpy's allocator puts an array")
+    if why:
+        return Blas(out.library, out.symbol, int64, out.gemv, out.ddot, out.vendor, out.core_type, out.version, why=why)
     return out
 
 
@@ -172,10 +196,7 @@ def _threadpool_info(path: str) -> dict[str, Any]:
 def _dot_mismatch(gemv: Any, int64: bool) -> str:
     """"" where ``gemv``, called as numpy's ``cblas_matrixproduct`` calls it, equals ``np.dot`` bit for
     bit on the controller's shapes, both layouts and several alignments; else the first difference."""
-    integer = ctypes.c_int64 if int64 else ctypes.c_int32
-    gemv.restype = None
-    gemv.argtypes = [ctypes.c_int, ctypes.c_int, integer, integer, ctypes.c_double, ctypes.c_void_p, integer, ctypes.c_void_p,
-                     integer, ctypes.c_double, ctypes.c_void_p, integer]
+    _declare_gemv(gemv, int64)
     rng = np.random.default_rng(0)
 
     def placed(shape: tuple[int, ...], offset: int, order: str) -> np.ndarray:
@@ -193,6 +214,63 @@ def _dot_mismatch(gemv: Any, int64: bool) -> str:
         gemv(order, 111, m, n, 1.0, a.ctypes.data, lda, x.ctypes.data, 1, 0.0, out.ctypes.data, 1)
         if out.tobytes() != np.dot(a, x).tobytes():
             return f"a {m}x{n} {'C' if a.flags.c_contiguous else 'Fortran'}-ordered matrix"
+    return ""
+
+
+@lru_cache(maxsize=None)
+def allocation_alignment() -> int:
+    """The alignment in bytes (at most 64) every fresh numpy array of the controller's sizes has here:
+    where numpy's allocator (malloc: 16 on 64-bit Linux) puts robosuite's operands of numpy's BLAS."""
+    arrays = [np.empty(n) for n in _ALLOCATED for _ in range(8)]  # all alive at once: distinct addresses
+    alignment = _SPAN
+    for array in arrays:
+        while array.ctypes.data % alignment:
+            alignment //= 2
+    return alignment
+
+
+def _placement_step() -> int:
+    """The alignment robosuite's operands and the compiled loop's share (numpy's and numba's arrays)."""
+    return min(allocation_alignment(), _NUMBA_ALIGNMENT)
+
+
+def _placed(values: np.ndarray, offset: int, order: str = "C") -> np.ndarray:
+    """A copy of ``values`` (in ``order``) starting ``offset`` bytes past a multiple of 64 bytes."""
+    raw = np.empty(values.size + (_SPAN + offset) // 8)
+    start = (-raw.ctypes.data % _SPAN + offset) // 8
+    out = raw[start:start + values.size].reshape(values.shape, order=order)
+    out[:] = values
+    return out
+
+
+def _declare_gemv(gemv: Any, int64: bool) -> None:
+    """``cblas_dgemv``'s signature, for a ctypes function (its integers 64-bit or C ints)."""
+    integer = ctypes.c_int64 if int64 else ctypes.c_int32
+    gemv.restype = None
+    gemv.argtypes = [ctypes.c_int, ctypes.c_int, integer, integer, ctypes.c_double, ctypes.c_void_p, integer, ctypes.c_void_p,
+                     integer, ctypes.c_double, ctypes.c_void_p, integer]
+
+
+def _placement_mismatch(gemv: Any, int64: bool) -> str:
+    """"" where ``gemv`` gives the same bits for the same operands at every address the compiled loop
+    and robosuite's arrays may have (multiples of ``_placement_step()``, matrix, vector and result
+    each), on the controller's shapes in both layouts; else the first matrix it differs for."""
+    _declare_gemv(gemv, int64)
+    rng = np.random.default_rng(1)
+    places = range(0, _SPAN, _placement_step())
+    for m, n in _DOT_SHAPES:
+        for order in "CF":
+            for _ in range(2):
+                values = rng.standard_normal((m, n)) * 10.0 ** rng.uniform(-4, 4, (m, n))
+                vector = rng.standard_normal(n) * 10.0 ** rng.uniform(-4, 4, n)
+                expected = np.dot(np.array(values, order=order), vector.copy()).tobytes()  # fresh arrays, as robosuite's
+                row_major = order == "C"
+                for a_at, x_at, y_at in itertools.product(places, repeat=3):
+                    a, x, y = _placed(values, a_at, order), _placed(vector, x_at), _placed(np.zeros(m), y_at)
+                    gemv(101 if row_major else 102, 111, m, n, 1.0, a.ctypes.data, n if row_major else m, x.ctypes.data, 1, 0.0,
+                         y.ctypes.data, 1)
+                    if y.tobytes() != expected:
+                        return f"a {m}x{n} {'C' if row_major else 'Fortran'}-ordered matrix"
     return ""
 
 
@@ -291,11 +369,39 @@ def goal_arithmetic() -> GoalArithmetic:
         vector[:] = rng.standard_normal(3) * 10.0 ** rng.uniform(-4, 1, 3)
         if not _same(math.sqrt(0.0 + ddot(3, vector.ctypes.data, 1, vector.ctypes.data, 1)), np.linalg.norm(vector)):
             return GoalArithmetic(why="np.linalg.norm of a 3-vector is not the square root of its BLAS ddot")
+    moved = _goal_placement_mismatch(gemm, ddot, rng)
+    if moved:
+        return GoalArithmetic(why=f"{moved} gives other bits for the same values at another address aligned as numpy's arrays are "
+                                  f"({_placement_step()} bytes): robosuite's set_goal then depends on where numpy's allocator puts an array")
     angles = np.concatenate([rng.uniform(-4.0, 4.0, 4096), rng.standard_normal(1024) * 1e-4])
     for angle in angles:
         if not (_same(np.cos(angle), math.cos(angle)) and _same(np.sin(angle), math.sin(angle))):
             return GoalArithmetic(why=f"numpy's float64 cos or sin differs from the C library's at {float(angle)!r}")
     return GoalArithmetic(gemm=_address(gemm))
+
+
+def _goal_placement_mismatch(gemm: Any, ddot: Any, rng: np.random.Generator) -> str:
+    """"" where set_goal's BLAS calls give the same bits at every address robosuite's operands and the
+    compiled ``set_goal``'s may have: the 3 x 3 product's matrices and result at multiples of
+    ``_placement_step()``, the norm's vector 24 bytes into such an array (``scaled_delta[3:]``, the
+    compiled step's ``scaled[3:6]``); else which call differs."""
+    places = range(0, _SPAN, _placement_step())
+    for _ in range(4):
+        rotation = rng.standard_normal((3, 3))
+        orientation = rng.standard_normal((3, 3)) * 10.0 ** rng.uniform(-3, 3)
+        expected = np.dot(rotation.copy(), orientation.copy()).tobytes()  # fresh arrays, as robosuite's
+        for a_at, b_at, c_at in itertools.product(places, repeat=3):
+            a, b, c = _placed(rotation, a_at), _placed(orientation, b_at), _placed(np.zeros((3, 3)), c_at)
+            gemm(101, 111, 111, 3, 3, 3, 1.0, a.ctypes.data, 3, b.ctypes.data, 3, 0.0, c.ctypes.data, 3)
+            if c.tobytes() != expected:
+                return "numpy's 3 x 3 np.dot (its BLAS dgemm)"
+        delta = rng.standard_normal(6) * 10.0 ** rng.uniform(-4, 1, 6)
+        norm = np.linalg.norm(delta.copy()[3:])
+        for at in places:
+            vector = _placed(delta, at)[3:]
+            if not _same(math.sqrt(0.0 + ddot(3, vector.ctypes.data, 1, vector.ctypes.data, 1)), norm):
+                return "numpy's np.linalg.norm of a 3-vector (its BLAS ddot)"
+    return ""
 
 
 # numba
@@ -348,6 +454,7 @@ def describe() -> dict[str, Any]:
             "library": found.library and os.path.basename(found.library), "vendor": found.vendor, "core_type": found.core_type,
             "version": found.version, "symbol": found.symbol or None, "int64": found.int64, "np.dot equal": found.usable,
             "why": found.why or None, "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+            "numpy's arrays aligned to": allocation_alignment(),
         },
         "convolve_form": convolve_form(),
         "set_goal": {"reproduced": goal_arithmetic().usable, "why": goal_arithmetic().why or None},
