@@ -114,6 +114,140 @@ def test_dynamic_batching_above_half_the_envs_is_modelled_as_two_calls_per_cycle
     assert effective_max_batch(96, 128) == 64 and effective_max_batch(128, 128) == 128
 
 
+# -- the bound's calibration and its faults, on recorded and synthetic numbers ------------------------------
+# fastenv bench --regime server on the 2-core machine (pi0-eager as a wait, 64 px, chunks of 8): c calibrated
+# at 39.8 ms a step on one env alone, while the rows' envs spent 34.3 ms (N=2) and 30.3 ms (N=4)
+RECORDED = {"a": 0.0968, "b": 0.00394, "c_alone": 0.03983, "rows": {2: (29.2, 0.03430), 4: (33.2, 0.03029)}}
+
+
+def _window(steps, cpu_per_step, resets=0, reset_s=0.35):
+    return {"env_steps": steps, "step_cpu_total_s": steps * cpu_per_step, "step_wall_total_s": steps * cpu_per_step,
+            "reset_cpu_total_s": resets * reset_s, "reset_wall_total_s": resets * reset_s, "resets": resets}
+
+
+def test_c_is_the_timed_windows_or_the_median_windows_with_resets_spread_over_the_rows_episodes_and_its_spread_is_the_windows():
+    from fastenv.tuning.server import env_cost
+
+    # the same stepping, with and without a reset in the window: the same c (resets amortized, not as they fell)
+    windows = [_window(64, 0.030), _window(64, 0.031, resets=1), _window(64, 0.032)]
+    cost = env_cost(windows, episode_steps=160, reset_cpu_s=0.35, reset_wall_s=0.35)
+    assert cost["c_windows_s"] == pytest.approx([0.030 + 0.35 / 160, 0.031 + 0.35 / 160, 0.032 + 0.35 / 160])
+    assert cost["c_s"] == pytest.approx(0.031 + 0.35 / 160) and cost["c_wall_s"] == pytest.approx(cost["c_s"])
+    assert cost["c_from"] == "the median window" and cost["c_median_s"] == cost["c_s"]
+    assert cost["spread"] == pytest.approx((0.032 + 0.35 / 160) / (0.030 + 0.35 / 160) - 1)  # the windows differ by up to this
+    assert env_cost([_window(64, 0.030)] * 3, 160, 0.35)["spread"] == 0.0
+    # a row's own timed window, resets in it taken out and amortized as in the windows: its c, the windows' spread
+    timed = env_cost(windows, 160, 0.35, 0.35, timed=_window(1024, 0.027, resets=5))
+    assert timed["c_s"] == pytest.approx(0.027 + 0.35 / 160) and timed["c_from"] == "the timed window"
+    assert timed["spread"] == cost["spread"] and timed["c_median_s"] == cost["c_s"]
+    with pytest.raises(ValueError, match="stepped no env step"):
+        env_cost(windows, 160, 0.35, timed=_window(0, 0.03))
+    with pytest.raises(ValueError, match="one calibration window or more"):
+        env_cost([], 160, 0.35)
+    with pytest.raises(ValueError, match="stepped no env step"):
+        env_cost([_window(0, 0.03)], 160, 0.35)
+
+
+def test_resets_are_pooled_with_the_choices_calibration_and_spread_over_the_rows_mean_episode():
+    from fastenv.bench_server import ServerConfig, _lengths, amortized
+
+    cfg = ServerConfig(episode_steps=160)
+    row = {"windows": [_window(64, 0.030)] * 3, "resets": 0, "reset_cpu_total_s": 0.0, "reset_wall_total_s": 0.0}
+    choice = {"resets": 2, "reset_cpu_total_s": 0.7, "reset_wall_total_s": 0.7}  # a window that met no reset still pays for them
+    mean = sum(_lengths(cfg, 4)) / 4
+    assert amortized(row, cfg, 4, choice)["c_s"] == pytest.approx(0.030 + 0.35 / mean)
+    assert amortized(row, cfg, 4)["c_s"] == pytest.approx(0.030)  # no reset seen anywhere: none to add
+    # a row's timed window: its c, and its resets pooled with the others (4 resets of 0.35 s, 2 of 0.2 s)
+    timed = {**row, "timed": _window(1024, 0.027, resets=2, reset_s=0.2)}
+    assert amortized(timed, cfg, 4, choice)["c_s"] == pytest.approx(0.027 + (0.7 + 0.4) / 4 / mean)
+
+
+def test_a_row_above_its_bound_by_more_than_the_calibrations_spread_is_a_calibration_fault_naming_what_was_off():
+    from fastenv.tuning.server import calibration_fault
+
+    a, b = RECORDED["a"], RECORDED["b"]
+    for n, (rate, row_cpu) in RECORDED["rows"].items():
+        alone = ServerCosts(a, b, RECORDED["c_alone"], cores=1, chunk=8)
+        assert rate / alone.bound(n) > 1.1
+        fault = calibration_fault(rate, alone, n, spread=0.03, env_cpu_s=row_cpu)
+        assert fault.startswith(f"calibration fault: {rate / alone.bound(n):.2f}x the bound, above the 1.03x its calibration's spread allows")
+        assert f"c = 39.8 ms of CPU per env step, the row's envs spent {1000 * row_cpu:.1f} ms" in fault
+        # c read from the row's own envs as the row runs them: the row is a result, at its bound
+        own = ServerCosts(a, b, row_cpu, cores=1, chunk=8)
+        assert calibration_fault(rate, own, n, spread=0.03, env_cpu_s=row_cpu) is None
+        assert rate / own.bound(n) == pytest.approx(1.0, abs=0.01)
+    # within the spread is no fault; just past it is
+    costs = ServerCosts(a, b, 0.030, cores=1, chunk=8)
+    assert calibration_fault(costs.bound(4) * 1.049, costs, 4, spread=0.05) is None
+    assert calibration_fault(costs.bound(4) * 1.051, costs, 4, spread=0.05) is not None
+    # a bound set by the policy names the policy's cost
+    policy = ServerCosts(0.432, 0.018, 0.010, cores=1, chunk=8)
+    assert policy.limit(2) == "policy"
+    fault = calibration_fault(policy.bound(2) * 1.5, policy, 2, spread=0.01, policy_s=0.31)
+    assert "(P(N) = 468.0 ms a call of all N envs, the row's calls 310.0 ms)" in fault
+
+
+def test_the_bounds_spread_is_its_limiting_terms():
+    from fastenv.tuning.server import bound_spread
+
+    assert bound_spread(ServerCosts(**TWO_CORE), 4, c_spread=0.04, policy_spread=0.01) == 0.04  # the env core sets it
+    assert bound_spread(ServerCosts(0.432, 0.018, 0.010, cores=1, chunk=8), 2, c_spread=0.04, policy_spread=0.01) == 0.01
+
+
+POINTS = [{"batch": 1, "seconds": 0.1007, "spread": 0.0005}, {"batch": 2, "seconds": 0.1046, "spread": 0.0004},
+          {"batch": 4, "seconds": 0.1127, "spread": 0.0006}]
+
+
+def _judged(c_s):
+    """The recorded fastenv rows judged against a bound with ``c_s``, as the run's JSON holds them."""
+    from fastenv.bench_server import judge
+
+    costs = ServerCosts(RECORDED["a"], RECORDED["b"], c_s, cores=1, chunk=8)
+    rows = []
+    for n, (rate, row_cpu) in RECORDED["rows"].items():
+        row = {"row": "fastenv", "num_envs": n, "env_steps_per_s": rate, "env_cpu_s_per_step": row_cpu, "layout": {"label": "W=1 2 stages"},
+               "policy": {"busy_share": 0.3, "mean_batch": n / 2, "in_loop_over_alone": 1.0}, "around_policy_ms_per_call": 170.0,
+               "host_memory_mb": {"envs": 3000.0, "policy_process": 500.0}}
+        judge(row, costs, n, 0.03, POINTS)
+        assert row["x_bound"] == pytest.approx(rate / costs.bound(n))
+        rows.append({"num_envs": n, "bound": {**costs.describe(n), "c_spread": 0.03, "c_from": "the choice's calibration"}, "fastenv": row})
+    return rows
+
+
+def test_the_table_and_the_json_name_a_calibration_fault_not_a_result():
+    from fastenv.bench_server import format_table, judge
+
+    points = POINTS
+    rows = _judged(RECORDED["c_alone"])
+    assert all(entry["fastenv"]["calibration_fault"].startswith("calibration fault: ") for entry in rows)
+    text = format_table({"rows": rows})
+    assert "1.32 FAULT" in text and "1.16 FAULT" in text
+    assert "N=4 fastenv: FAULT, not a result: calibration fault: 1.32x the bound" in text
+    assert "c = 39.83 ms from the choice's calibration (spread 3%)" in text
+    within = dict(rows[0]["fastenv"])
+    judge(within, ServerCosts(RECORDED["a"], RECORDED["b"], 0.0343, cores=1, chunk=8), 2, 0.03, points)
+    text = format_table({"rows": [{**rows[0], "fastenv": within}]})
+    assert within["calibration_fault"] is None and f"{within['x_bound']:.2f} FAULT" not in text and "not a result" not in text
+
+
+@pytest.mark.parametrize(("c_s", "code"), [(RECORDED["c_alone"], 1), (0.0303, 0)])  # 0.0303: the N=4 row's own
+def test_the_command_says_a_calibration_fault_is_not_a_result_and_exits_with_an_error(c_s, code, monkeypatch, capsys, tmp_path):
+    import fastenv.bench_server
+    from fastenv.cli import main
+
+    payload = {"rows": _judged(c_s), "files": [str(tmp_path / "server.json")]}
+    monkeypatch.setattr(fastenv.bench_server, "run", lambda cfg: payload)  # the recorded rows, not a run
+    assert main(["bench", "--regime", "server", "--out", str(tmp_path / "server.json")]) == code
+    out, err = capsys.readouterr()
+    faulted = [f"N={e['num_envs']} fastenv" for e in payload["rows"] if e["fastenv"]["calibration_fault"]]
+    assert bool(faulted) == bool(code)
+    if faulted:
+        assert f"fastenv bench: {', '.join(faulted)} ran above the bound by more than its calibration's spread: a calibration fault" in err
+        assert all(f"{name}: FAULT, not a result" in out for name in faulted)
+    else:
+        assert "calibration fault" not in err + out
+
+
 # -- the exact batched policy ----------------------------------------------------------------------------
 from helpers import need
 torch = need("torch")
@@ -197,10 +331,27 @@ def test_the_server_regime_runs_default_and_fastenv_on_libero_with_the_same_data
     from fastenv.bench_server import ServerConfig, format_table, run
 
     cfg = ServerConfig(envs=(2,), camera_size=32, seconds=1.0, min_chunks=2, calibration_chunks=1, device="cpu",
-                       policy_cost="0.05,0.002", policy_compute="wait", episode_steps=24, out=str(tmp_path))
+                       policy_cost="0.05,0.002", policy_compute="wait", episode_steps=24, out=str(tmp_path / "server.json"))
     payload = run(cfg, progress=lambda line: None)
-    written = json.loads((tmp_path / "fastenv_bench_server.json").read_text())
+    assert [p.name for p in tmp_path.iterdir()] == ["server.json"]  # a file where a file is named
+    written = json.loads((tmp_path / "server.json").read_text())
     (entry,) = written["rows"]
+    # the bound's c: fastenv's envs over the row's timed window, resets amortized; its spread: windows run the same way before it
+    calibration = entry["fastenv"]["env_calibration"]
+    assert len(calibration["windows"]) == cfg.calibration_windows and calibration["mode"] == entry["fastenv"]["layout"]["mode"]
+    assert all(w["env_steps"] >= 2 * cfg.chunk for w in calibration["windows"])  # every env's chunk, two envs
+    assert entry["bound"]["inputs"]["c_s"] == calibration["c_s"] and entry["bound"]["c_from"] == "the fastenv row's envs over its timed window"
+    timed = calibration["timed"]
+    assert timed["env_steps"] >= entry["fastenv"]["env_steps"] and calibration["c_from"] == "the timed window"
+    assert calibration["c_s"] == pytest.approx(timed["step_cpu_total_s"] / timed["env_steps"] + calibration["reset_cpu_s"] / calibration["episode_steps"])
+    assert calibration["c_min_s"] <= calibration["c_median_s"] <= calibration["c_max_s"] and calibration["spread"] >= 0
+    assert written["env_calibration"]["c_s"] > 0 and len(written["env_calibration"]["windows"]) == cfg.calibration_windows
+    # the keys earlier runs' JSON holds stay, per env step and per reset as before
+    assert {"workers", "env_steps", "step_cpu_s", "step_wall_s", "reset_cpu_s", "reset_wall_s", "resets", "seconds"} <= set(written["env_calibration"])
+    assert written["env_calibration"]["env_steps"] == sum(w["env_steps"] for w in written["env_calibration"]["windows"])
+    for name in ("Default", "fastenv"):  # a row is a result or a named fault, never silently above its bound
+        row = entry[name]
+        assert (row["calibration_fault"] is None) == (row["x_bound"] <= 1 + entry["bound"]["spread"])
     assert entry["fastenv"]["same_data_as_default"]["equal"], entry["fastenv"]["same_data_as_default"]
     assert entry["fastenv"]["same_data_as_default"]["chunks_compared"] >= 2
     assert entry["Default"]["episodes_ended"] + entry["fastenv"]["episodes_ended"] > 0  # episodes of 12-36 steps ended

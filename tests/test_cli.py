@@ -1,6 +1,7 @@
 """The main job, `fastenv bench`, end to end (quick) and its argument errors."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,21 +31,43 @@ def test_the_default_run_is_about_ten_minutes_on_the_reference_machine_and_full_
     assert "--quick and --full are exclusive" in capsys.readouterr().err
 
 
+def test_out_takes_a_json_file_where_one_is_named_and_a_folder_otherwise(tmp_path, capsys):
+    from fastenv.bench import output_file
+
+    assert output_file(tmp_path / "run.json", "fastenv_bench.json") == tmp_path / "run.json"
+    assert output_file(tmp_path / "RUN.JSON", "fastenv_bench.json") == tmp_path / "RUN.JSON"
+    assert output_file(tmp_path / "runs", "fastenv_bench_server.json") == tmp_path / "runs" / "fastenv_bench_server.json"
+    (tmp_path / "old.json").mkdir()  # a folder that is there stays a folder, whatever its name
+    assert output_file(tmp_path / "old.json", "fastenv_bench.json") == tmp_path / "old.json" / "fastenv_bench.json"
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(ValueError, match="out must be a folder or a .json file; .*notes.txt' is a file of another kind"):
+        output_file(tmp_path / "notes.txt", "fastenv_bench.json")
+    for regime in ([], ["--regime", "server"]):  # refused before anything is built
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", *regime, "--out", str(tmp_path / "notes.txt")])
+        assert exit_info.value.code == 2 and "is a file of another kind" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "old.json"]
+
+
 @pytest.mark.libero
 def test_bench_quick_writes_table_json_and_chart(tmp_path):
     need("torch", "fastenv bench")
     out = subprocess.run(
-        [sys.executable, "-m", "fastenv.cli", "bench", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "fastenv.cli", "bench", "--quick", "--out", str(tmp_path / "quick.json")],
         capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["quick.json", "quick.png"]  # a file where a file is named
+    # the vector env's build lines (a build past 2 s prints them) come above the bar, never on its line
+    segments = [s for s in re.split(r"[\r\n]", out.stderr) if "envs in 1 workers" in s]
+    assert segments and all(s.startswith("fastenv: ") for s in segments), out.stderr[-3000:]
     # says what it runs, then how long it takes here once its first configuration has run here
     assert out.stdout.startswith("fastenv bench: 7 configurations x 1 rounds x 2 envs x 16 steps; how long it takes here is said once")
     assert "fastenv bench: about " in out.stdout and " in all on this machine (Default's first round took " in out.stdout
     names = ["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async", "+FastReset", "+FastSubstep"]
     for name in names:
         assert name in out.stdout
-    payload = json.loads((tmp_path / "fastenv_bench.json").read_text())
+    payload = json.loads((tmp_path / "quick.json").read_text())
     rows = payload["results"]
     assert [r["config"].split(" ")[0] for r in rows] == names
     assert all(run["env_steps"] >= 32 for r in rows for run in r["rounds"]) and all(r["ms_per_env_step"] > 0 for r in rows)
@@ -57,7 +80,7 @@ def test_bench_quick_writes_table_json_and_chart(tmp_path):
         assert b["step"] > 0 and b["policy"] > 0 and b["reset"] >= 0 and row["x_floor"] > 0
     assert all(rows[k]["breakdown_ms_per_env_step"]["physics"] > 0 for k in range(2, len(rows)))  # chunks
     assert set(payload["policy_cores"]).isdisjoint(payload["env_cores"]) or len(payload["env_cores"]) == 1
-    assert (tmp_path / "fastenv_bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "quick.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the run's own time: announced after Default's first part, measured per configuration, the bar's estimates kept
     timing = payload["timing"]
     assert 0 < timing["announced"]["at_s"] < timing["seconds"] and timing["announced"]["total_s"] > timing["announced"]["at_s"]
@@ -123,6 +146,33 @@ def test_the_batching_benchmark_measures_its_grid_tune_and_verdict_on_libero_10s
     assert row["plan_steps_per_s_tune"] > 0 and row["best_dynamic_over_sync_grid"] > 0
     assert row["policy_cost"].startswith("pi05-behavior") and row["chunk"] == 32
     assert "best B/T" in out.stdout and "tuned plan" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["fastenv_bench_2core_avx512", "fastenv_bench_2core_vla"])
+def test_the_bench_chart_keeps_its_titles_and_legend_inside_the_figure_and_off_the_bars(name, tmp_path):
+    """Drawn from a committed run's JSON: every title, tick label and the legend lie within the
+    figure, and the legend lies outside both axes (so it covers no bar)."""
+    need("matplotlib", "fastenv bench's chart")
+    from fastenv.bench import _figure, plot
+
+    payload = json.loads((Path(__file__).resolve().parent.parent / "results" / f"{name}.json").read_text())
+    fig = _figure(payload)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    page = fig.get_window_extent(renderer)
+    left, right = fig.axes
+    legend = right.get_legend()
+    texts = [ax.title for ax in fig.axes] + [t for ax in fig.axes for t in ax.get_yticklabels() + ax.get_xticklabels()] + [legend]
+    for artist in texts:
+        box = artist.get_window_extent(renderer)
+        assert page.x0 - 0.5 <= box.x0 and box.x1 <= page.x1 + 0.5 and page.y0 - 0.5 <= box.y0 and box.y1 <= page.y1 + 0.5, \
+            (getattr(artist, "get_text", lambda: "legend")(), box, page)
+    for ax in fig.axes:
+        assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    # the ratio over each bar sits within its axes
+    for label in left.texts:
+        assert left.get_window_extent(renderer).contains(*label.get_window_extent(renderer).max), label.get_text()
+    assert plot(payload, tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_row_whose_own_fast_path_did_not_serve_is_marked_so():

@@ -154,6 +154,66 @@ def test_every_suite_of_libero_pro_is_run_or_refused_before_anything_runs_saying
         run(ProjectionPolicy(), "libero_mine", tasks=[0], episodes=1, workers=1)
 
 
+@pytest.fixture
+def objects(monkeypatch):
+    """LIBERO's object registry, to be broken per test; what was learnt about objects is forgotten
+    before and after."""
+    from fastenv.backends.libero.task import import_libero
+    from fastenv.eval.episodes import _object_error
+
+    import_libero()
+    from libero.libero.envs.base_object import OBJECTS_DICT
+
+    def fail(name, exc):
+        def build(**kwargs):
+            raise exc
+
+        monkeypatch.setitem(OBJECTS_DICT, name, build)
+        _object_error.cache_clear()
+
+    _object_error.cache_clear()
+    yield fail
+    _object_error.cache_clear()
+
+
+def test_a_scene_whose_object_fails_to_build_is_refused_naming_the_task_the_object_and_the_error(objects):
+    from xml.etree.ElementTree import ParseError
+
+    from fastenv.eval.episodes import suite_table
+
+    objects("wine_bottle", ParseError("not well-formed (invalid token): line 3, column 4"))  # in libero_10's task 3 alone
+    with pytest.raises(ValueError, match=r"libero_10: objects its scenes name fail to build in .* \(task 3: wine_bottle \(ParseError: "
+                                         r"not well-formed \(invalid token\): line 3, column 4\)\), so that task cannot be built, .*"
+                                         r"--tasks 0,1,2,4,5,6,7,8,9 runs the others"):
+        episode_list(["libero_10"], tasks=[0, 3], episodes=1)
+    assert len(episode_list(["libero_10"], tasks=[0, 4], episodes=1)) == 2
+    [row] = suite_table(["libero_10"])
+    assert row["runs"] and row["tasks_without_object_files"] == {}
+    assert row["tasks_with_failing_objects"] == {"3": {"wine_bottle": "ParseError: not well-formed (invalid token): line 3, column 4"}}
+    objects("plate", RuntimeError("no mesh"))  # with wine_bottle: in every scene of libero_goal (they share one)
+    [row] = suite_table(["libero_goal"])
+    assert not row["runs"] and re.fullmatch(r"libero_goal: .* fails to build objects its scenes name \(plate: RuntimeError: no mesh; "
+                                            r"wine_bottle: ParseError: .*\)", row["why"]), row["why"]
+
+
+def test_libero_100s_rows_count_each_task_of_its_two_parts(objects, monkeypatch):
+    """libero_90 and libero_10 both number their tasks from 0: butter is in libero_90's tasks 0-5 (and
+    10 more) and libero_10's 0 and 1, and each of those is a task of libero_100 of its own."""
+    from fastenv.backends.libero.task import load_suite
+    from fastenv.eval.episodes import suite_table
+
+    objects("butter", FileNotFoundError(2, "No such file or directory", "butter.xml"))
+    for part in ("libero_90", "libero_10"):  # task 3 of each ships an empty init-state file
+        cls = type(load_suite(part))
+        monkeypatch.setattr(cls, "get_task_init_states", lambda self, t, real=cls.get_task_init_states: [] if t == 3 else real(self, t))
+    [row] = suite_table(["libero_100"])
+    assert row["tasks"] == 100 and row["runs"]
+    assert row["tasks_without_init_states"] == ["libero_90/3", "libero_10/3"]
+    lacking = row["tasks_without_object_files"]
+    assert len(lacking) == 18 and {"libero_90/0", "libero_90/5", "libero_10/0", "libero_10/1"} <= set(lacking)
+    assert all(names == ["butter"] for names in lacking.values())
+
+
 @pytest.mark.parametrize(("chunk", "match"), [
     (np.zeros((10, 6)), r"shape \(10, 6\)"),
     (np.zeros(7), r"shape \(7,\)"),
@@ -556,8 +616,31 @@ def test_the_choice_and_the_fit_are_recorded_and_printed():
                "tasks": {"libero_spatial/0": {"episodes": 2, "successes": 1, "planned": 2, "success_rate": 0.5}},
                "total": {"episodes": 2, "successes": 1, "planned": 2, "success_rate": 0.5}, "run": run_figures}
     text = report(payload, None)
-    assert f"B_max {lane.max_batch}, T_max" in text and "chosen after 16 calls from a call 0.0 ms + 1.00 ms x batch" in text
-    assert "500.0 ms an env chunk (bound: workers)" in text
+    lines = text.splitlines()
+    policy = lines.index(f"policy: 16 calls, 3.8 observations a call on average (at most {lane.max_batch}, waiting at most "
+                         f"{1000 * lane.batch_timeout:g} ms for more), busy 1% of the run")  # 60 ms of 10 s
+    assert lines[policy + 1:policy + 4] == [
+        (f"  Batching chosen: a policy call takes up to {lane.max_batch} observations, waiting at most {1000 * lane.batch_timeout:g} ms "
+         "for more to be ready (chosen after the policy's first 16 calls)."),
+        "  Measured: a call took 0.0 ms plus 1.00 ms per observation in it (fitted over 16 calls of 1 to 8 observations).",
+        ("  An env took 500.0 ms to step one chunk of actions. The run is limited by the env workers (each steps its envs one after "
+         f"another while the policy waits): about {figures['tuned']['chunks_per_s']:.1f} env chunks a second in all, as the cost model predicts."),
+    ]
+
+
+def test_a_choice_from_calls_of_one_batch_size_after_the_warm_up_says_so_in_words():
+    from fastenv.eval.serving import describe_choice
+
+    tuned = {"max_batch": 1, "batch_timeout": 0.002, "after_calls": 64, "from_call": 16, "chunk_seconds": 0.484, "bound": "workers",
+             "chunks_per_s": 4.13, "fit": {"calls": 48, "batch_sizes": [1], "a": None, "b": None, "seconds": 0.0021, "how": "one batch size"}}
+    assert describe_choice(tuned).splitlines() == [
+        ("Batching chosen: a policy call takes up to 1 observation, waiting at most 2 ms for more to be ready (chosen from calls 17 to 64; "
+         "the first 16 ran while the envs were built and the device warmed up)."),
+        ("Measured: a call took 2.1 ms; every call had 1 observation, so what is fixed and what grows with the batch cannot be told apart: "
+         "the choice is the one best under both readings."),
+        ("An env took 484.0 ms to step one chunk of actions. The run is limited by the env workers (each steps its envs one after another "
+         "while the policy waits): about 4.1 env chunks a second in all, as the cost model predicts."),
+    ]
 
 
 def test_a_worker_that_ran_no_episode_is_reported_idle_not_as_zero_megabytes():

@@ -5,9 +5,11 @@ env step of recorded ``fastenv bench`` runs), so nothing here is timed.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from helpers import need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -148,3 +150,42 @@ def test_reference_parts_are_the_runs_parts_and_sum_to_the_reference_estimate():
     assert sum(p.reference_s + p.reference_build_s for p in parts) == pytest.approx(estimate_seconds(cfg))
     only = reference_parts(cfg, only=["+SkipObs", "+FastSubstep"])
     assert [p.key.split(" ")[0] for p in only[:2]] == ["+SkipObs", "+FastSubstep"] and only[0].build == "chunked" and only[1].build is None
+
+
+def _segments(text):
+    """What a terminal shows on one line each: the text between carriage returns and newlines."""
+    return [s for s in re.split(r"[\r\n]", text) if s.strip()]
+
+
+def test_the_vector_envs_build_lines_print_above_the_bench_bar_never_on_its_line(capfd):
+    """The bar redraws its line in place; a build line written beside it would land on that line."""
+    need("tqdm")
+    import gymnasium as gym
+
+    from fastenv.bench import _Bar
+    from fastenv.vector import PipelineVectorEnv
+    from fastenv.vector.progress import lines_through
+
+    def build():
+        # progress=True: the line at once, however fast the build
+        with PipelineVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2, progress=True):
+            pass
+
+    clock = RunClock([Part("round 1/1: Default", "Default", 10.0)])
+    clock.start(0.0)
+    bar = _Bar(clock)
+    bar.show("round 1/1: Default (building its envs)", force=True)
+    with lines_through(bar.write):
+        build()
+    bar.show("round 1/1: Default", force=True)
+    bar.close()
+    build()  # no bar: the vector env's own lines, to its stream
+    err = capfd.readouterr().err
+    built = [s for s in _segments(err) if "fastenv: 2 envs in 2 workers built in" in s]
+    building = [s for s in _segments(err) if "fastenv: building 2 envs in 2 workers" in s]
+    assert len(built) == 2 and len(building) == 2, err
+    assert all(s.startswith("fastenv: ") and "fastenv bench" not in s for s in built + building), err
+    bars = [s for s in _segments(err) if s.startswith("fastenv bench:")]
+    assert any("(building its envs)" in s for s in bars) and bars[-1].rstrip().endswith("round 1/1: Default"), err
+    # the lines came through the bar: tqdm clears its line before each and draws it again below
+    assert err.index("(building its envs)") < err.index("fastenv: building 2 envs") < err.rindex("fastenv bench:"), err

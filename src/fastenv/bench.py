@@ -108,6 +108,25 @@ class BenchConfig:
         inference_cost(self.policy_cost)  # a clear ValueError on an unknown preset or a bad "A,B"
         if self.policy_compute not in ("auto", "wait", "transformer"):
             raise ValueError(f"policy_compute must be 'auto', 'wait' or 'transformer', got {self.policy_compute!r}")
+        output_file(self.out, "fastenv_bench.json")
+
+
+def output_file(out: str | Path, name: str) -> Path:
+    """The JSON file ``--out`` names: ``out`` itself where it names a ``.json`` file, else ``name``
+    in the folder ``out``. Anything else already there (a file that is not JSON) is refused.
+
+    Examples:
+        >>> output_file("results", "fastenv_bench.json"), output_file("runs/today.json", "fastenv_bench.json")
+        (PosixPath('results/fastenv_bench.json'), PosixPath('runs/today.json'))
+    """
+    path = Path(out)
+    if path.is_dir():
+        return path / name
+    if path.suffix.lower() == ".json":
+        return path
+    if path.exists():
+        raise ValueError(f"out must be a folder or a .json file; {str(out)!r} is a file of another kind")
+    return path / name
 
 
 @dataclass
@@ -516,6 +535,10 @@ class _Bar:
             self.tqdm.set_postfix_str(f"measuring this machine; {self.label}", refresh=False)
         self.tqdm.refresh()
 
+    def write(self, line: str) -> None:
+        """Print ``line`` above the bar (the bar is drawn again below it)."""
+        self.tqdm.write(line, file=self.tqdm.fp)
+
     def close(self) -> None:
         self.tqdm.n = 1000
         self.tqdm.set_postfix_str(self.label, refresh=False)
@@ -523,7 +546,8 @@ class _Bar:
 
 
 def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the ablation; writes ``fastenv_bench.json`` and ``fastenv_bench.png`` in ``cfg.out``.
+    """Run the ablation; writes ``fastenv_bench.json`` and ``fastenv_bench.png`` in ``cfg.out`` (or, where
+    ``cfg.out`` names a ``.json`` file, that file and the chart beside it as ``.png``).
 
     ``announce`` is told, once the first configuration's first round has run, how long the whole
     run takes on this machine (that round measured, the others by their reference ratios to it).
@@ -531,6 +555,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
     import torch
 
     from fastenv.policy import ChunkPolicy
+    from fastenv.vector.progress import lines_through
 
     cfg.check()
     clock = RunClock(reference_parts(cfg, only))
@@ -543,6 +568,8 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
     vec = None
     builds = 0
     bar = _Bar(clock)
+    routed = lines_through(bar.write)  # the vector env's build lines, printed above the bar
+    routed.__enter__()
     try:
         os.sched_setaffinity(0, policy_cores)  # env processes pin themselves to env_cores
         device = _device(cfg.device, policy_cores)
@@ -592,9 +619,10 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
                                  f"{now - clock.started:.0f} s here, its build included; the other configurations "
                                  "estimated from it by their reference ratios until each has run once)")
     finally:
-        bar.close()
         if vec is not None:
             vec.close()
+        routed.__exit__(None, None, None)
+        bar.close()
         os.sched_setaffinity(0, previous_affinity)
     seconds = time.perf_counter() - clock.started  # type: ignore[operator]
     rows = summarize(chosen, samples, len(env_cores))
@@ -617,10 +645,10 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
                    "builds_s": {k: round(v, 1) for k, v in clock.built_s.items()}},
         "machine": {**measured_on(), "cores_available": len(previous_affinity)},
     }
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fastenv_bench.json").write_text(json.dumps(payload, indent=2))
-    payload["files"] = [str(out / "fastenv_bench.json"), str(_plot(rows, out / "fastenv_bench.png", cfg))]
+    target = output_file(cfg.out, "fastenv_bench.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(payload, indent=2))
+    payload["files"] = [str(target), str(plot(payload, target.with_suffix(".png")))]
     return payload
 
 
@@ -734,22 +762,42 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _plot(rows: list[dict[str, Any]], path: Path, cfg: BenchConfig) -> Path:
+def plot(payload: dict[str, Any], path: str | Path) -> Path:
+    """Draw a run's chart from its payload (``run``'s, or its JSON read back) into ``path``.
+
+    Example:
+        >>> plot(json.loads(Path("results/fastenv_bench_2core_avx512.json").read_text()), "bench.png")
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = _figure(payload)
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _figure(payload: dict[str, Any]) -> Any:
+    """``plot``'s figure: throughput with its ratio to Default, and where each configuration's time goes."""
+    import matplotlib.pyplot as plt
+
+    rows, cfg = payload["results"], payload["config"]
     names = [r["config"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    # constrained layout keeps the titles, tick labels and the legend below inside the figure
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), layout="constrained")
     values = [r["env_steps_per_s"] for r in rows]
     errors = [r["spread_env_steps_per_s"] / 2 for r in rows]
     bars = left.bar(range(len(rows)), values, yerr=errors, color=["#9e9e9e"] + ["#1f77b4"] * (len(rows) - 1))
-    for bar, row in zip(bars, rows):
-        left.annotate(f"{row['speedup_vs_default']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom")
+    for bar, row, error in zip(bars, rows, errors):
+        left.annotate(f"{row['speedup_vs_default']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height() + error),
+                      xytext=(0, 2), textcoords="offset points", ha="center", va="bottom")
+    left.margins(y=0.12)  # room above the tallest bar for its label
     left.set_xticks(range(len(rows)), names, rotation=25, ha="right")
     left.set_ylabel("env-steps/s (higher is better)")
-    left.set_title(f"LIBERO {cfg.suite} task {cfg.task_id}, {cfg.num_envs} envs, {cfg.camera_size}px")
+    left.set_title(f"LIBERO {cfg['suite']} task {cfg['task_id']}, {cfg['num_envs']} envs, {cfg['camera_size']}px")
     colors = {"physics": "#1f77b4", "step": "#17becf", "observe": "#ff7f0e", "reset": "#2ca02c", "transport_wait": "#9467bd",
               "policy": "#d62728", "env (stock, not broken down)": "#9e9e9e"}
     totals = np.array([sum(r["breakdown_ms_per_env_step"].values()) or 1.0 for r in rows])
@@ -761,10 +809,9 @@ def _plot(rows: list[dict[str, Any]], path: Path, cfg: BenchConfig) -> Path:
             left_edge += share
     right.set_yticks(range(len(rows)), names)
     right.invert_yaxis()
+    right.set_xlim(0.0, 1.0)
     right.set_xlabel("share of the time accounted for")
-    right.set_title("where the time goes (env processes summed; policy in this process)")
-    right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    right.set_title("where the time goes\n(env processes summed; policy in this process)")
+    # below the axes, off the bars
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, fontsize=8, frameon=False)
+    return fig

@@ -8,13 +8,18 @@ machine without a GPU, a VLA's published cost as a wait that leaves the CPU free
 
 1. **Calibrate.** Time the policy alone on batches of synthetic observations and fit ``a`` and
    ``b``; step fastenv's envs alone (one per env core) and read the env side's CPU seconds per
-   env step ``c`` from the profiler.
+   env step ``c`` from the profiler, for the choice.
 2. **Choose.** For each N, ``fastenv.tuning.server.choose_layout`` picks workers, stages or
    batching with ``fastenv tune``'s cost model from the measured ``a``, ``b`` and ``c``.
 3. **Measure.** For each N: Default (Gymnasium's ``AsyncVectorEnv``, one process per env, LIBERO's
    stock observations after every step, the policy on the whole batch) and fastenv at the chosen
    layout (its full stack: two cameras and proprioception kept, one observation per chunk, in-place
-   resets, the compiled control loop).
+   resets, the compiled control loop). The bound's ``c`` is read the way the row runs: from
+   fastenv's envs over its own timed window (every chunk they stepped, the resets that fell there
+   taken out and one added per mean episode of the rows). Before that window the same envs run
+   the same way for ``calibration_windows`` short windows; how far their ``c`` differ (max / min - 1)
+   is its spread. A row above its bound by more than that spread is a calibration fault, named in
+   the table and the JSON (``calibration_fault``), not a result.
 
 Each row gives env steps per second, x Default, **x bound** (``fastenv.tuning.server``:
 ``min(N K / P(N), C / c)``, and the closed loop's best beside it), the policy's busy share and
@@ -40,12 +45,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fastenv.bench import Pinned, episode_lengths, stepwise_env
+from fastenv.bench import Pinned, episode_lengths, output_file, stepwise_env
 from fastenv.machine import available_memory, measured_on, process_memory, thread_siblings
 
 IMAGE_KEYS = ("agentview_image", "robot0_eye_in_hand_image")
@@ -72,13 +76,14 @@ class ServerConfig:
     rows: tuple[str, ...] = ("Default", "fastenv")
     default_envs: tuple[int, ...] | None = None  # the N at which Default runs (None: every N)
     memory_fraction: float = 0.8  # a row whose processes would need more of the memory available is not run
-    calibration_chunks: int = 4
+    calibration_chunks: int = 4  # chunks of every env in one calibration window
+    calibration_windows: int = 3  # windows c is read over (its spread: how far they differ)
     seed: int = 0
     out: str = "results"
     layouts: dict[int, Any] = field(default_factory=dict)  # N -> a Candidate to run instead of the chosen one
 
     def check(self) -> None:
-        for name in ("chunk", "camera_size", "min_chunks", "episode_steps", "policy_cores", "calibration_chunks"):
+        for name in ("chunk", "camera_size", "min_chunks", "episode_steps", "policy_cores", "calibration_chunks", "calibration_windows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -99,6 +104,7 @@ class ServerConfig:
         from fastenv.policy_cost import inference_cost
 
         inference_cost(self.policy_cost)  # a clear ValueError on an unknown preset
+        output_file(self.out, "fastenv_bench_server.json")
 
 
 def default_envs(cores: int) -> tuple[int, ...]:
@@ -280,6 +286,12 @@ def policy_counters(policy: ServerPolicy, before: dict[str, float] | None = None
     return now if before is None else {key: now[key] - before[key] for key in now}
 
 
+def policy_spread(points: Sequence[dict[str, float]], batch: float) -> float:
+    """The policy's relative spread over its calibration's repeats at the batch nearest ``batch``."""
+    near = min(points, key=lambda p: (abs(p["batch"] - batch), p["batch"]))
+    return near["spread"] / near["seconds"] if near["seconds"] > 0 else 0.0
+
+
 def policy_value_at(points: Sequence[dict[str, float]], batch: float, key: str) -> float:
     """``key`` of the calibration's points at ``batch``, linearly between them (as ``policy_seconds_at``)."""
     return policy_seconds_at([{"batch": p["batch"], "seconds": p[key]} for p in points], batch)
@@ -316,37 +328,80 @@ def _lengths(cfg: ServerConfig, n: int) -> list[int]:
 
 
 def calibration_pool(cfg: ServerConfig, env_cores: list[int], workers: int) -> Any:
-    """fastenv's envs alone for the calibration: ``workers`` workers of one env each, episodes that do not end."""
+    """fastenv's envs alone for the choice's calibration: ``workers`` workers of one env each, on the
+    rows' episode lengths."""
     from fastenv.vector import PipelineVectorEnv
 
-    return PipelineVectorEnv(_fastenv_fns(cfg, workers, env_cores, [10**6] * workers), num_workers=workers, profile=True)
+    return PipelineVectorEnv(_fastenv_fns(cfg, workers, env_cores), num_workers=workers, profile=True)
+
+
+def env_windows(loop: _Loop, cfg: ServerConfig, mode: str, cand: Any,
+                obs: dict[str, np.ndarray]) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:
+    """``cfg.calibration_windows`` windows of ``loop``'s envs run in ``mode`` (as a row runs them),
+    each of ``cfg.calibration_chunks`` chunks of every env: per window its env steps, its envs'
+    seconds stepping them and, apart, resetting. Returns the windows and the envs' newest observations."""
+    envs = loop.envs
+    window = dataclasses.replace(cfg, seconds=1e-9, min_chunks=cfg.calibration_chunks - 1)
+    out = []
+    for _ in range(cfg.calibration_windows):
+        envs.reset_profile()
+        before = loop.counts.copy()
+        obs = run_loop(loop, mode, cand, window, obs)["obs"]
+        # every chunk sent was stepped: run_loop collects the ones in flight
+        out.append(profiled(envs.profile_report(), int((loop.counts - before).sum()) * cfg.chunk))
+    loop.calls, loop.policy_s = [], 0.0  # the calibration's calls are not the row's
+    return out, obs
+
+
+def profiled(report: dict[str, Any], env_steps: int) -> dict[str, float]:
+    """A window as ``env_cost`` reads it, from the profiler's ``report`` over ``env_steps`` env steps:
+    the envs' seconds stepping them and, apart, resetting."""
+    cpu, wall = report["cpu_seconds"], {k: report.get(k, 0.0) for k in report["cpu_seconds"]}
+    return {"env_steps": env_steps, "step_cpu_total_s": sum(v for k, v in cpu.items() if k != "reset"),
+            "step_wall_total_s": sum(v for k, v in wall.items() if k != "reset"), "reset_cpu_total_s": cpu.get("reset", 0.0),
+            "reset_wall_total_s": wall.get("reset", 0.0), "resets": report["counts"].get("reset", 0)}
+
+
+def pooled(windows: Sequence[dict[str, float]], resets: int = 0, reset_cpu_s: float = 0.0, reset_wall_s: float = 0.0) -> dict[str, Any]:
+    """The windows' totals: env steps, seconds per env step stepping (resets apart), and the resets
+    (theirs, plus ``resets`` more that took ``reset_cpu_s`` and ``reset_wall_s`` in all)."""
+    steps = sum(w["env_steps"] for w in windows)
+    return {"windows": list(windows), "env_steps": steps,
+            "step_cpu_s": sum(w["step_cpu_total_s"] for w in windows) / steps if steps else 0.0,
+            "step_wall_s": sum(w["step_wall_total_s"] for w in windows) / steps if steps else 0.0,
+            "resets": resets + sum(w["resets"] for w in windows),
+            "reset_cpu_total_s": reset_cpu_s + sum(w["reset_cpu_total_s"] for w in windows),
+            "reset_wall_total_s": reset_wall_s + sum(w["reset_wall_total_s"] for w in windows)}
 
 
 def calibrate_envs(envs: Any, policy: ServerPolicy, cfg: ServerConfig) -> dict[str, Any]:
-    """The env side's cost alone: ``envs`` (``calibration_pool``) stepped whole with the policy's
-    actions (without its cost); CPU and wall seconds per env step (stepping), and per reset."""
-    workers = envs.num_envs
-    loop = _Loop(envs, policy, workers, cfg.chunk)
+    """The env side's cost for the choice: ``envs`` (``calibration_pool``) warmed up, one reset each
+    timed, then ``env_windows`` of whole steps with the policy's actions."""
+    loop = _Loop(envs, policy, envs.num_envs, cfg.chunk)
     obs, _ = envs.reset(seed=cfg.seed + 10**4)
     for _ in range(2):
         obs = loop.step_all(obs)
     envs.reset_profile()
     obs, _ = envs.reset(seed=cfg.seed + 2 * 10**4)  # resets, timed
-    for _ in range(cfg.calibration_chunks):
-        obs = loop.step_all(obs)
     report = envs.profile_report()
-    steps = workers * cfg.chunk * cfg.calibration_chunks
-    keys = ("physics", "step", "observe")
-    resets = report["counts"].get("reset", 0)
-    return {
-        "workers": workers,
-        "env_steps": steps,
-        "step_cpu_s": sum(report["cpu_seconds"].get(k, 0.0) for k in keys) / steps,
-        "step_wall_s": sum(report.get(k, 0.0) for k in keys) / steps,
-        "reset_cpu_s": report["cpu_seconds"].get("reset", 0.0) / resets if resets else 0.0,
-        "reset_wall_s": report.get("reset", 0.0) / resets if resets else 0.0,
-        "resets": resets,
-    }
+    windows, _ = env_windows(loop, cfg, "step", None, obs)
+    return {"workers": envs.num_envs, **pooled(windows, report["counts"].get("reset", 0), report["cpu_seconds"].get("reset", 0.0),
+                                                 report.get("reset", 0.0))}
+
+
+def amortized(calibration: dict[str, Any], cfg: ServerConfig, n: int, resets: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``c`` and its spread from ``calibration``: its ``timed`` window's c where it has one (a row's
+    own), else its median window's, the spread its windows'. A reset costs what all the resets seen
+    cost on average (its windows', its timed window's and ``resets``', the choice's calibration's), once
+    per mean episode of the rows of ``n`` envs."""
+    from fastenv.tuning.server import env_cost
+
+    timed = calibration.get("timed")
+    pools = [calibration] + ([timed] if timed is not None else []) + ([resets] if resets is not None else [])
+    count = sum(p["resets"] for p in pools)
+    reset_cpu = sum(p["reset_cpu_total_s"] for p in pools) / count if count else 0.0
+    reset_wall = sum(p["reset_wall_total_s"] for p in pools) / count if count else 0.0
+    return env_cost(calibration["windows"], statistics.mean(_lengths(cfg, n)), reset_cpu, reset_wall, timed=timed)
 
 
 # -- one row ---------------------------------------------------------------------------------------
@@ -448,8 +503,14 @@ class _Loop:
 
 def run_loop(loop: _Loop, mode: str, cand: Any, cfg: ServerConfig, obs: dict[str, np.ndarray]) -> dict[str, Any]:
     """Time ``loop`` in ``mode`` ("step", "pipeline", "dynamic") for ``cfg.seconds`` and at least
-    ``cfg.min_chunks`` chunks of every env; returns env steps, seconds and the calls."""
+    ``cfg.min_chunks`` chunks of every env; returns env steps, seconds and every env's newest
+    observation (``obs``: the chunks still in flight are collected after the clock stops)."""
     envs, n, k = loop.envs, loop.n, cfg.chunk
+    newest = {key: value.copy() for key, value in obs.items()}
+
+    def keep(ids: np.ndarray, got: dict[str, np.ndarray]) -> None:
+        for key, value in got.items():
+            newest[key][ids] = value
     start_counts = loop.counts.copy()
     loop.timing = True
     start = time.perf_counter()
@@ -478,10 +539,11 @@ def run_loop(loop: _Loop, mode: str, cand: Any, cfg: ServerConfig, obs: dict[str
                 continue
             break
         wall = time.perf_counter() - start
+        keep(stages[s], stage_obs)
         for t in range(s + 1, s + len(stages)):  # the stages still in flight: collected, not counted
-            loop.stepped(stages[t % len(stages)], envs.recv(stage=t % len(stages)))
+            keep(stages[t % len(stages)], loop.stepped(stages[t % len(stages)], envs.recv(stage=t % len(stages))))
         loop.timing = False
-        return {"env_steps": done * k, "seconds": wall}
+        return {"env_steps": done * k, "seconds": wall, "obs": newest}
     else:
         ids = np.arange(n)
         envs.send(loop.act(obs, ids), env_ids=ids)
@@ -494,12 +556,13 @@ def run_loop(loop: _Loop, mode: str, cand: Any, cfg: ServerConfig, obs: dict[str
         wall = time.perf_counter() - start
         while len(envs.in_flight()):
             result = envs.recv(max_batch=n)
-            loop.stepped(np.asarray(result[4]["env_ids"]), result)
+            ids = np.asarray(result[4]["env_ids"])
+            keep(ids, loop.stepped(ids, result))
         loop.timing = False
-        return {"env_steps": done * k, "seconds": wall}
+        return {"env_steps": done * k, "seconds": wall, "obs": newest}
     wall = time.perf_counter() - start
     loop.timing = False
-    return {"env_steps": done * k, "seconds": wall}
+    return {"env_steps": done * k, "seconds": wall, "obs": obs}
 
 
 def _cpu_seconds(pids: Sequence[int]) -> float:
@@ -552,18 +615,15 @@ class GpuMemory:
                 "env_processes_seen": len(envs)}
 
 
-def _row(name: str, n: int, timed: dict[str, Any], loop: _Loop, costs: Any, points: Sequence[dict[str, float]], cfg: ServerConfig,
-         extra: dict[str, Any]) -> dict[str, Any]:
+def _row(name: str, n: int, timed: dict[str, Any], loop: _Loop, points: Sequence[dict[str, float]], extra: dict[str, Any]) -> dict[str, Any]:
     rate = timed["env_steps"] / timed["seconds"]
     batches = [b for b, _ in loop.calls]
     seconds = [s for _, s in loop.calls]
     mean_batch = statistics.mean(batches) if batches else 0.0
     alone = statistics.mean(policy_seconds_at(points, b) for b in batches) if batches else None
     in_loop = statistics.mean(seconds) if seconds else None
-    bound = costs.describe(n)
     return {
         "row": name, "num_envs": n, "env_steps": timed["env_steps"], "seconds": timed["seconds"], "env_steps_per_s": rate,
-        "x_bound": rate / bound["bound"], "x_closed_loop": rate / bound["closed_loop"], "bound": bound,
         "policy": {"calls": len(batches), "mean_batch": mean_batch, "busy_share": loop.policy_s / timed["seconds"],
                    "seconds_per_call_in_loop": in_loop, "seconds_per_call_alone": alone,
                    "in_loop_over_alone": in_loop / alone if in_loop and alone else None,
@@ -579,8 +639,21 @@ def _row(name: str, n: int, timed: dict[str, Any], loop: _Loop, costs: Any, poin
     }
 
 
+def judge(row: dict[str, Any], costs: Any, n: int, spread: float, points: Sequence[dict[str, float]]) -> None:
+    """``row`` against its bound: x bound, x closed loop, and a calibration fault where it is above
+    the bound by more than ``spread`` (the bound's relative spread)."""
+    from fastenv.tuning.server import calibration_fault
+
+    bound = costs.describe(n)
+    rate = row["env_steps_per_s"]
+    row.update(x_bound=rate / bound["bound"], x_closed_loop=rate / bound["closed_loop"], bound=bound)
+    policy_s = policy_seconds_at(points, n) * row["policy"]["in_loop_over_alone"] if row["policy"]["in_loop_over_alone"] else None
+    row["calibration_fault"] = calibration_fault(rate, costs, n, spread, env_cpu_s=row.get("env_cpu_s_per_step"), policy_s=policy_s)
+
+
 def run_default(cfg: ServerConfig, n: int, policy: ServerPolicy, env_cores: list[int], costs: Any, points: Sequence[dict[str, float]],
                 gpu: GpuMemory) -> tuple[dict[str, Any], Trajectories]:
+    """Default's row of N envs (without its bound's fields: ``judge``) and its trajectories."""
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
     built = time.perf_counter()
@@ -602,7 +675,7 @@ def run_default(cfg: ServerConfig, n: int, policy: ServerPolicy, env_cores: list
                  "env_cpu_s_per_step": env_cpu, "host_memory_mb": {"envs": _rss_mb(pids), "policy_process": _rss_mb([os.getpid()])},
                  "gpu_memory_mb": gpu.read(pids),
                  "model_estimate_env_steps_per_s": costs.default_rate(n, env_cpu)}
-        return _row("Default", n, timed, loop, costs, points, cfg, extra), loop.trajectories
+        return _row("Default", n, timed, loop, points, extra), loop.trajectories
     except Exception as exc:
         failed = True
         ended = process_endings(envs.processes)
@@ -639,8 +712,12 @@ def process_endings(processes: Sequence[Any]) -> str:
     return ", ".join(ended) + ("" if free is None else f"; host memory available {free / 2**30:.1f} GiB")
 
 
-def run_fastenv(cfg: ServerConfig, n: int, cand: Any, prediction: Any, policy: ServerPolicy, env_cores: list[int], costs: Any,
-                points: Sequence[dict[str, float]], gpu: GpuMemory) -> tuple[dict[str, Any], Trajectories]:
+def run_fastenv(cfg: ServerConfig, n: int, cand: Any, prediction: Any, policy: ServerPolicy, env_cores: list[int],
+                points: Sequence[dict[str, float]], gpu: GpuMemory, resets: dict[str, Any] | None = None) -> tuple[dict[str, Any], Trajectories]:
+    """fastenv's row of N envs at layout ``cand`` and its trajectories. After the warm-up its envs run
+    as the row runs them for the calibration windows (``env_windows``), then for the timed window:
+    the row's ``env_calibration`` holds both, ``c`` for its bound the timed window's, its spread the
+    windows' (resets pooled with ``resets``', the choice's calibration's)."""
     from fastenv.tuning.server import describe_layout
     from fastenv.vector import PipelineVectorEnv
 
@@ -654,20 +731,28 @@ def run_fastenv(cfg: ServerConfig, n: int, cand: Any, prediction: Any, policy: S
         for _ in range(2):
             obs = loop.step_all(obs)
         build_s = time.perf_counter() - built
+        windows, obs = env_windows(loop, cfg, cand.mode, cand, obs)
         envs.reset_profile()
         before = policy_counters(policy)
+        start_counts = loop.counts.copy()
         timed = run_loop(loop, cand.mode, cand, cfg, obs)
         timed["policy_counters"] = policy_counters(policy, before)
         report = envs.profile_report()
-        env_cpu = sum(report["cpu_seconds"].values()) / timed["env_steps"]
+        # the envs' CPU over every chunk they stepped, the ones collected after the clock stopped included
+        stepped = int((loop.counts - start_counts).sum()) * cfg.chunk
+        env_cpu = sum(report["cpu_seconds"].values()) / stepped
+        # the bound's c is this window's own: windows run before it, however alike, met another load
+        # on a shared machine; they give c's spread
+        calibration = {"workers": cand.num_workers, "mode": cand.mode, **pooled(windows), "timed": profiled(report, stepped)}
+        calibration.update(amortized(calibration, cfg, n, resets))
         served = [dict(p) for p in envs.call("fast_paths")]
         missing = sorted({k for p in served for k, v in p.items() if not v})
         renderers = list({r["pid"]: r for r in envs.call("renderer")}.values())
         extra = {"layout": describe_layout(cand, prediction, n, cfg.chunk), "build_and_warmup_s": build_s, "env_cpu_s_per_step": env_cpu,
                  "transport_wait_ms_per_call": 1000.0 * report.get("transport_wait", 0.0) / max(len(loop.calls), 1),
                  "host_memory_mb": {"envs": _rss_mb(pids), "policy_process": _rss_mb([os.getpid()])}, "gpu_memory_mb": gpu.read(pids),
-                 "fast_paths_not_served": missing, "renderers": renderers}
-        return _row("fastenv", n, timed, loop, costs, points, cfg, extra), loop.trajectories
+                 "fast_paths_not_served": missing, "renderers": renderers, "env_calibration": calibration}
+        return _row("fastenv", n, timed, loop, points, extra), loop.trajectories
     finally:
         envs.close()
 
@@ -693,21 +778,21 @@ def _fits(per_process_mb: float | None, processes: int, fraction: float) -> tupl
 
 
 def run(cfg: ServerConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Calibrate, choose, measure; writes ``fastenv_bench_server.json`` in ``cfg.out`` after each row."""
+    """Calibrate, choose, measure; writes ``fastenv_bench_server.json`` in ``cfg.out`` (or the ``.json``
+    file ``cfg.out`` names) after each row."""
     import torch
 
     from fastenv.bench import cores
     from fastenv.policy_cost import inference_cost
-    from fastenv.tuning.server import ServerCosts, choose_layout
+    from fastenv.tuning.server import ServerCosts, bound_spread, choose_layout
 
     cfg.check()
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     policy_cores, env_cores = cores(cfg.policy_cores)
     envs_list = tuple(cfg.envs) if cfg.envs is not None else default_envs(len(policy_cores) + len(env_cores))
     previous = os.sched_getaffinity(0)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / "fastenv_bench_server.json"
+    target = output_file(cfg.out, "fastenv_bench_server.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {"benchmark": "fastenv bench --regime server", "config": {**dataclasses.asdict(cfg), "envs": list(envs_list)},
                                "date": time.strftime("%Y-%m-%d"), "machine": {**measured_on(), "cores_available": len(previous)},
                                "policy_cores": policy_cores, "env_cores": env_cores,
@@ -740,10 +825,11 @@ def run(cfg: ServerConfig, progress: Callable[[str], None] | None = None) -> dic
         finally:
             pool.close()
         env_cal["seconds"] = time.perf_counter() - start
+        env_cal.update(amortized(env_cal, cfg, min(envs_list)))
         payload["env_calibration"] = env_cal
-        c = env_cal["step_cpu_s"] + env_cal["reset_cpu_s"] / cfg.episode_steps
-        c_wall = env_cal["step_wall_s"] + env_cal["reset_wall_s"] / cfg.episode_steps
-        say(f"envs alone: c = {1000 * c:.2f} ms CPU per env step ({1000 * c_wall:.2f} ms wall), resets {1000 * env_cal['reset_cpu_s']:.0f} ms CPU")
+        c, c_wall = env_cal["c_s"], env_cal["c_wall_s"]
+        say(f"envs alone (for the choice): c = {1000 * c:.2f} ms CPU per env step (spread {env_cal['spread']:.0%}, {1000 * c_wall:.2f} ms "
+            f"wall), resets {1000 * env_cal['reset_cpu_s']:.0f} ms CPU")
         write()
         default_rss: float | None = None  # MB per Default process, once measured
         default_cpu: float | None = None  # Default's env CPU seconds per env step, once measured
@@ -757,9 +843,8 @@ def run(cfg: ServerConfig, progress: Callable[[str], None] | None = None) -> dic
                 from fastenv.tuning.server import model_costs
 
                 prediction = CostModel(model_costs(costs)).predict(cand, n)
-            entry: dict[str, Any] = {"num_envs": n, "policy_fit": {"a_s": a, "b_s": b}, "bound": costs.describe(n), "chosen": cand.label}
-            say(f"N={n}: P(B) = {1000 * a:.1f} + {1000 * b:.2f} x B ms; bound {costs.bound(n):.0f} env-steps/s "
-                f"({costs.limit(n)}), closed loop {costs.closed_loop(n)[0]:.0f}; chosen layout {cand.label}")
+            entry: dict[str, Any] = {"num_envs": n, "policy_fit": {"a_s": a, "b_s": b}, "chosen": cand.label}
+            say(f"N={n}: P(B) = {1000 * a:.1f} + {1000 * b:.2f} x B ms; chosen layout {cand.label}")
             trajectories = {}
             for name in cfg.rows:
                 if name == "Default" and cfg.default_envs is not None and n not in cfg.default_envs:
@@ -777,15 +862,29 @@ def run(cfg: ServerConfig, progress: Callable[[str], None] | None = None) -> dic
                         default_rss = row["host_memory_mb"]["envs"] / n
                         default_cpu = row["env_cpu_s_per_step"]
                     else:
-                        row, trajectories[name] = run_fastenv(cfg, n, cand, prediction, policy, env_cores, costs, points, gpu)
+                        row, trajectories[name] = run_fastenv(cfg, n, cand, prediction, policy, env_cores, points, gpu, resets=env_cal)
                 except Exception as exc:  # the other rows still run; the JSON says what failed
                     entry[name] = {"row": name, "num_envs": n, "error": f"{type(exc).__name__}: {exc}"}
                     say(f"N={n} {name}: failed: {type(exc).__name__}: {exc}")
                     write()
                     continue
                 entry[name] = row
-                say(f"N={n} {name}: {row['env_steps_per_s']:.1f} env-steps/s, x bound {row['x_bound']:.2f}, "
-                    f"policy busy {row['policy']['busy_share']:.0%}, mean batch {row['policy']['mean_batch']:.1f}")
+                say(f"N={n} {name}: {row['env_steps_per_s']:.1f} env-steps/s, policy busy {row['policy']['busy_share']:.0%}, "
+                    f"mean batch {row['policy']['mean_batch']:.1f}")
+            # the bound's c: fastenv's envs as its row ran them, where it ran; else the choice's calibration
+            own = entry.get("fastenv", {}).get("env_calibration")
+            cal = own if own is not None else env_cal
+            costs = dataclasses.replace(costs, env_cpu_s=cal["c_s"], env_wall_s=cal["c_wall_s"])
+            spread = bound_spread(costs, n, cal["spread"], policy_spread(points, n))
+            entry["bound"] = {**costs.describe(n), "c_from": "the fastenv row's envs over its timed window" if own is not None else
+                              "the choice's calibration (envs alone, one per worker)", "c_spread": cal["spread"], "spread": spread}
+            say(f"N={n}: bound {costs.bound(n):.0f} env-steps/s ({costs.limit(n)}; c = {1000 * costs.env_cpu_s:.2f} ms, spread "
+                f"{cal['spread']:.0%}), closed loop {costs.closed_loop(n)[0]:.0f}")
+            for name in ("Default", "fastenv"):
+                row = entry.get(name)
+                if row is not None and "env_steps_per_s" in row:
+                    judge(row, costs, n, spread, points)
+                    say(f"N={n} {name}: x bound {row['x_bound']:.2f}" + (f"; {row['calibration_fault']}" if row["calibration_fault"] else ""))
             if "Default" in trajectories and "fastenv" in trajectories:
                 entry["fastenv"]["same_data_as_default"] = compare(trajectories["fastenv"], trajectories["Default"])
             if "env_steps_per_s" in entry.get("Default", {}) and "env_steps_per_s" in entry.get("fastenv", {}):
@@ -827,7 +926,8 @@ def format_table(payload: dict[str, Any]) -> str:
             device = p.get("device_ms_per_call") / p["device_ms_per_call_alone"] if p.get("device_ms_per_call_alone") else None
             cells.append([str(entry["num_envs"]), name, r["layout"]["label"], f"{r['env_steps_per_s']:.1f}",
                           f"{r['x_default']:.2f}" if "x_default" in r else ("1.00" if name == "Default" else "-"),
-                          f"{r['x_bound']:.2f}", f"{r['x_closed_loop']:.2f}", f"{p['busy_share']:.0%}", f"{p['mean_batch']:.1f}",
+                          f"{r['x_bound']:.2f}" + (" FAULT" if r.get("calibration_fault") else ""), f"{r['x_closed_loop']:.2f}",
+                          f"{p['busy_share']:.0%}", f"{p['mean_batch']:.1f}",
                           f"{ratio:.2f}" if ratio else "-", f"{device:.2f}" if device else "-", f"{r['around_policy_ms_per_call']:.1f}", gpu_cell,
                           f"{r['host_memory_mb']['envs'] + r['host_memory_mb']['policy_process']:.0f}", same_cell])
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
@@ -836,12 +936,17 @@ def format_table(payload: dict[str, Any]) -> str:
     for entry in payload["rows"]:
         bd = entry["bound"]
         i = bd["inputs"]
+        spread = f" from {bd['c_from']} (spread {bd['c_spread']:.0%})" if "c_spread" in bd else ""
         lines.append(f"N={entry['num_envs']}: bound = min(N K / P(N), C / c) = min({bd['policy_term']:.0f}, {bd['env_term']:.0f}) = "
                      f"{bd['bound']:.0f} env-steps/s ({bd['limit']}); a = {1000 * i['a_s']:.1f} ms, b = {1000 * i['b_s']:.2f} ms, "
-                     f"c = {1000 * i['c_s']:.2f} ms, C = {i['C']}, K = {i['K']}; the closed loop's best: {bd['closed_loop']:.0f} "
+                     f"c = {1000 * i['c_s']:.2f} ms{spread}, C = {i['C']}, K = {i['K']}; the closed loop's best: {bd['closed_loop']:.0f} "
                      f"({bd['closed_loop_stages']} group(s), {bd['closed_loop_share_of_bound']:.0%} of the bound)")
-    lines.append("(x bound: of min(N K / P(N), C / c); x closed loop: of the best a layout can do when each env waits for its own "
-                 "actions; busy: the policy's share of the wall time; P loop/alone: its seconds per call in the loop over alone at the "
+        for name in ("Default", "fastenv"):
+            fault = (entry.get(name) or {}).get("calibration_fault")
+            if fault:
+                lines.append(f"N={entry['num_envs']} {name}: FAULT, not a result: {fault}")
+    lines.append("(x bound: of min(N K / P(N), C / c), FAULT where a row is above it by more than its calibration's spread; "
+                 "x closed loop: of the best a layout can do when each env waits for its own actions; busy: the policy's share of the wall time; P loop/alone: its seconds per call in the loop over alone at the "
                  "same batch; GPU loop/alone: the same for the device's time from the call's first kernel to its last (CUDA events: "
                  "other processes' GPU work, renders, stalls it); around: wall time per call outside the policy's calls)")
     return "\n".join(lines)

@@ -52,7 +52,8 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
         "--only", nargs="+", choices=["Default", "+Slim", "+SkipObs", "+Pipeline", "+Async", "+FastReset", "+FastSubstep"],
         help="run only these",
     )
-    p.add_argument("--out", default=d.out, help="folder for fastenv_bench.json and .png (default %(default)s)")
+    p.add_argument("--out", default=d.out, help="folder for fastenv_bench.json and .png (fastenv_bench_server.json with --regime "
+                   "server), or a .json file to write instead, the chart beside it as .png (default %(default)s)")
     server = p.add_argument_group(
         "--regime server", "a policy server's regime (docs/gpu-servers.md): N envs per policy process, Default and fastenv at the "
         "layout its cost model chooses, each against the bound min(N K / P(N), C / c); --chunk, --camera-size, --device, "
@@ -463,8 +464,11 @@ def _run_bench_server(parser: argparse.ArgumentParser, args: argparse.Namespace)
     differ = [f"N={e['num_envs']}" for e in payload["rows"] if not e.get("fastenv", {}).get("same_data_as_default", {"equal": True})["equal"]]
     if differ:
         print(f"fastenv bench: fastenv's rows at {differ} did not produce Default's data (the 'same data' column says where)", file=sys.stderr)
-        return 1
-    return 0
+    faults = [f"N={e['num_envs']} {name}" for e in payload["rows"] for name in ("Default", "fastenv") if (e.get(name) or {}).get("calibration_fault")]
+    if faults:
+        print(f"fastenv bench: {', '.join(faults)} ran above the bound by more than its calibration's spread: a calibration fault, "
+              "not a result (the lines under the table say which input was off)", file=sys.stderr)
+    return 1 if differ or faults else 0
 
 
 if __name__ == "__main__":

@@ -150,8 +150,10 @@ def list_suites(out: str | None) -> int:
         why = str(r["why"]).removeprefix(f"{r['suite']}: ").removeprefix(f"{r['suite']} ").split(" (")[0]
         empty = r.get("tasks_without_init_states") or []
         lacking = list(r.get("tasks_without_object_files") or {})
+        failing = list(r.get("tasks_with_failing_objects") or {})
         notes = ([f"not task {', '.join(map(str, empty))}: no init states"] if empty else []) + \
-            ([f"not task {', '.join(lacking)}: object files missing"] if lacking else [])
+            ([f"not task {', '.join(lacking)}: object files missing"] if lacking else []) + \
+            ([f"not task {', '.join(failing)}: objects fail to build"] if failing else [])
         runs = "runs" + (f" ({'; '.join(notes)})" if notes else "")
         print(f"| {r['suite']} | {r['tasks'] if r['tasks'] is not None else '-'} | {states} | {budget or '-'} | "
               f"{runs if r['runs'] else 'refused: ' + why} |")
@@ -232,10 +234,10 @@ def report(payload: dict[str, Any], out: str | None) -> str:
         if not q["calls"]:
             lines.append(f"{name}: no calls")
             continue
-        lines.append(f"{name}: {q['calls']} calls, mean batch {q['mean_batch']:.1f} (B_max {q['max_batch']}, T_max "
-                     f"{1000 * q['batch_timeout']:g} ms), busy {100 * q['busy_share']:.0f}% of the run")
+        lines.append(f"{name}: {q['calls']} calls, {q['mean_batch']:.1f} observations a call on average (at most {q['max_batch']}, waiting "
+                     f"at most {1000 * q['batch_timeout']:g} ms for more), busy {100 * q['busy_share']:.0f}% of the run")
         if q.get("tuned"):
-            lines.append(f"  {describe_choice(q['tuned'])}")
+            lines += [f"  {line}" for line in describe_choice(q["tuned"]).splitlines()]
     memory = r["worker_max_rss_mb"]
     if memory:
         lines.append("worker memory (peak RSS, MB): " + ", ".join(f"{k}: {'idle (ran no episode)' if not v else f'{v:.0f}'}"

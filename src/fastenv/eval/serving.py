@@ -25,7 +25,7 @@ import numpy as np
 
 from fastenv.eval.policies import BatchPolicy, Request
 
-__all__ = ["RETUNE_AFTER_CALLS", "TUNE_AFTER_CALLS", "Lane", "choose_batching", "describe_choice", "fit_policy_seconds", "lane_workers"]
+__all__ = ["BOUNDS", "RETUNE_AFTER_CALLS", "TUNE_AFTER_CALLS", "Lane", "choose_batching", "describe_choice", "fit_policy_seconds", "lane_workers"]
 
 TUNE_AFTER_CALLS = 16  # policy calls (and chunks stepped) measured before B_max and T_max are chosen
 # ... and chosen once more after this many, from the calls after the first TUNE_AFTER_CALLS: the first
@@ -116,16 +116,36 @@ def choose_batching(sizes: Sequence[int], seconds: Sequence[float], chunk_second
             "chunks_per_s": prediction.steps_per_s, "bound": prediction.bound, "by": "fastenv.tuning.CostModel"}
 
 
+# What each of the cost model's terms means for a run, in a user's words (fastenv.tuning.CostModel)
+BOUNDS = {
+    "policy": "the policy (it serves one call after another while the envs wait)",
+    "workers": "the env workers (each steps its envs one after another while the policy waits)",
+    "chain": "the round trip (a batch's policy call, then its envs' chunks, one after the other)",
+    "cpu": "the CPU cores (the envs' work, and the policy's, keeps all of them busy)",
+}
+
+
 def describe_choice(tuned: dict[str, Any]) -> str:
-    """One line: what was chosen, and from what."""
+    """What batching was chosen, from what measurement, and what bounds the run: plain sentences, one a line."""
     fit = tuned["fit"]
+    sizes = fit["batch_sizes"]
+    timeout = f"{1000 * tuned['batch_timeout']:g} ms"
+    most = f"{tuned['max_batch']} observation{'s' * (tuned['max_batch'] != 1)}"
+    skip = tuned.get("from_call") or 0
+    calls = f"from calls {skip + 1} to {tuned['after_calls']}; the first {skip} ran while the envs were built and the device warmed up" \
+        if skip else f"after the policy's first {tuned['after_calls']} calls"
+    lines = [f"Batching chosen: a policy call takes up to {most}, waiting at most {timeout} for more to be ready (chosen {calls})."]
     if fit["how"] == "least squares":
-        cost = f"a call {1000 * fit['a']:.1f} ms + {1000 * fit['b']:.2f} ms x batch"
+        lines.append(f"Measured: a call took {1000 * fit['a']:.1f} ms plus {1000 * fit['b']:.2f} ms per observation in it "
+                     f"(fitted over {fit['calls']} calls of {min(sizes)} to {max(sizes)} observations).")
     else:
-        cost = f"a call {1000 * fit['seconds']:.1f} ms, all at batch {fit['batch_sizes'][0]} (fixed or per observation: the worse taken)"
-    since = f" (calls {tuned['from_call'] + 1} on)" if tuned.get("from_call") else ""
-    return (f"B_max {tuned['max_batch']}, T_max {1000 * tuned['batch_timeout']:g} ms, chosen after {tuned['after_calls']} calls{since} "
-            f"from {cost} and {1000 * tuned['chunk_seconds']:.1f} ms an env chunk (bound: {tuned['bound']})")
+        size = f"{sizes[0]} observation{'s' * (sizes[0] != 1)}"
+        lines.append(f"Measured: a call took {1000 * fit['seconds']:.1f} ms; every call had {size}, so what is fixed and what grows "
+                     "with the batch cannot be told apart: the choice is the one best under both readings.")
+    lines.append(f"An env took {1000 * tuned['chunk_seconds']:.1f} ms to step one chunk of actions. The run is limited by "
+                 f"{BOUNDS.get(tuned['bound'], tuned['bound'])}: about {tuned['chunks_per_s']:.1f} env chunks a second in all, "
+                 "as the cost model predicts.")
+    return "\n".join(lines)
 
 
 class Lane:

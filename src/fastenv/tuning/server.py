@@ -155,6 +155,79 @@ class ServerCosts:
         }
 
 
+def env_cost(windows: Sequence[dict[str, float]], episode_steps: float, reset_cpu_s: float, reset_wall_s: float = 0.0, *,
+             timed: dict[str, float] | None = None) -> dict[str, Any]:
+    """``c`` (and its wall-clock twin) with its spread over calibration windows.
+
+    Each window, and ``timed`` (the row's own timed window), holds its ``env_steps`` and the seconds
+    its envs spent stepping them, resets left out (``step_cpu_total_s``, ``step_wall_total_s``); a
+    reset's seconds are added once per ``episode_steps`` (the rows' mean episode length), so a
+    window that happened to hold a reset or none counts the same. ``c_s`` is ``timed``'s where it
+    is given, else the median window's; ``spread`` is how far the windows differ, max / min - 1.
+
+    Examples:
+        >>> windows = [{"env_steps": 32, "step_cpu_total_s": s, "step_wall_total_s": s} for s in (0.96, 1.00, 0.98)]
+        >>> cost = env_cost(windows, episode_steps=160, reset_cpu_s=0.16)
+        >>> round(cost["c_s"], 5), round(cost["spread"], 3)
+        (0.03163, 0.04)
+        >>> round(env_cost(windows, 160, 0.16, timed={"env_steps": 640, "step_cpu_total_s": 19.2, "step_wall_total_s": 19.2})["c_s"], 5)
+        0.031
+    """
+    if not windows:
+        raise ValueError("env_cost needs one calibration window or more, got none")
+    if not episode_steps > 0:
+        raise ValueError(f"episode_steps must be > 0, got {episode_steps!r}")
+
+    def per_step(w: dict[str, float]) -> tuple[float, float]:
+        if not w["env_steps"] > 0:
+            raise ValueError(f"a calibration window stepped no env step: {w}")
+        return (w["step_cpu_total_s"] / w["env_steps"] + reset_cpu_s / episode_steps,
+                w["step_wall_total_s"] / w["env_steps"] + reset_wall_s / episode_steps)
+
+    per_window = [per_step(w) for w in windows]
+    cpu = [c for c, _ in per_window]
+    median = (float(np.median(cpu)), float(np.median([w for _, w in per_window])))
+    c, c_wall = per_step(timed) if timed is not None else median
+    return {"c_s": c, "c_wall_s": c_wall, "c_from": "the timed window" if timed is not None else "the median window",
+            "c_windows_s": cpu, "c_median_s": median[0], "c_min_s": min(cpu), "c_max_s": max(cpu), "spread": max(cpu) / min(cpu) - 1.0,
+            "reset_cpu_s": reset_cpu_s, "reset_wall_s": reset_wall_s, "episode_steps": episode_steps}
+
+
+def bound_spread(costs: ServerCosts, num_envs: int, c_spread: float, policy_spread: float) -> float:
+    """The bound's relative spread: its calibration's spread on the term that sets it (``limit``)."""
+    return c_spread if costs.limit(num_envs) == "envs" else policy_spread
+
+
+def calibration_fault(rate: float, costs: ServerCosts, num_envs: int, spread: float, *, env_cpu_s: float | None = None,
+                      policy_s: float | None = None) -> str | None:
+    """Why a row that ran at ``rate`` env steps per second cannot be a result, or None where it can.
+
+    No layout beats the bound, so a row above it by more than its calibration's ``spread`` says the
+    calibration was wrong, not the row right. ``env_cpu_s`` (the row's own env CPU seconds per env
+    step) and ``policy_s`` (its policy's seconds per call of all N envs) name which input was off.
+
+    Examples:
+        >>> costs = ServerCosts(policy_fixed_s=0.096, policy_per_env_s=0.004, env_cpu_s=0.0305, cores=1, chunk=8)
+        >>> calibration_fault(31.0, costs, 4, spread=0.05) is None   # 0.95 of the bound
+        True
+        >>> calibration_fault(40.5, costs, 4, spread=0.05, env_cpu_s=0.0232)[:38]
+        'calibration fault: 1.24x the bound, ab'
+    """
+    bound = costs.bound(num_envs)
+    if rate <= bound * (1.0 + spread):
+        return None
+    limit = costs.limit(num_envs)
+    why = (f"calibration fault: {rate / bound:.2f}x the bound, above the {1 + spread:.2f}x its calibration's spread allows: "
+           "no layout beats the bound, so its inputs were measured otherwise than the row ran")
+    if limit == "envs":
+        why += f" (c = {1000 * costs.env_cpu_s:.1f} ms of CPU per env step"
+        why += f", the row's envs spent {1000 * env_cpu_s:.1f} ms)" if env_cpu_s is not None else ")"
+    else:
+        why += f" (P(N) = {1000 * costs.policy_seconds(num_envs):.1f} ms a call of all N envs"
+        why += f", the row's calls {1000 * policy_s:.1f} ms)" if policy_s is not None else ")"
+    return why
+
+
 def fit_policy_cost(batches: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
     """``(a, b)`` of ``P(B) = a + b x B`` by least squares over measured calls, each >= 0.
 

@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
+
+# Where build lines go while a caller draws a progress bar of its own (None: the stream)
+_route: Callable[[str], None] | None = None
+
+
+@contextlib.contextmanager
+def lines_through(write: Callable[[str], None]) -> Iterator[None]:
+    """While inside, every ``BuildProgress`` made without a ``stream`` hands ``write`` whole lines.
+
+    A progress bar redraws its own line: a line written to the terminal beside it lands on the
+    bar's line, so a caller that shows one passes its writer (tqdm's ``tqdm.write``), which prints
+    above the bar.
+
+    Examples:
+        >>> with lines_through(lambda line: tqdm.write(line, file=sys.stderr)):
+        ...     envs = PipelineVectorEnv(fns, num_workers=2)
+    """
+    global _route
+    previous, _route = _route, write
+    try:
+        yield
+    finally:
+        _route = previous
 
 
 class BuildProgress:
@@ -25,8 +50,10 @@ class BuildProgress:
         self.num_envs, self.num_workers = num_envs, num_workers
         self.enabled = True if enabled is None else bool(enabled)
         self.delay = 0.0 if enabled else delay
+        self.route = _route if stream is None else None
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        # routed lines are printed whole, as in a log: the router's bar holds the terminal's line
+        self.tty = self.route is None and bool(getattr(self.stream, "isatty", lambda: False)())
         self._ready = 0
         self._shown = False
         self._start = time.monotonic()
@@ -72,6 +99,9 @@ class BuildProgress:
                 return
 
     def _write(self, text: str, *, end: bool) -> None:
+        if self.route is not None:
+            self.route(text)
+            return
         if self.tty:
             self.stream.write("\r\033[K" + text + ("\n" if end else ""))
         else:
