@@ -1,11 +1,11 @@
 """RLlib PPO (new API stack) on LIBERO through fastenv's vector env.
 
 RLlib's own PPO quickstart (``PPOConfig().environment(...).env_runners(...).training(...)``,
-``build_algo()``, ``train()``) with two lines changed: ``.environment("fastenv:fastenv/Libero-v0",
+``build_algo()``, ``train()``) with the env changed: ``register_env("fastenv-libero",
+env_creator("fastenv/Libero-v0", num_workers=...))``, ``.environment("fastenv-libero",
 env_config=...)`` and ``gym_env_vectorize_mode="vector_entry_point"``, so RLlib's env runner gets
-fastenv's vector env (worker processes, chunks of 8) in the autoreset mode it reads (NEXT_STEP).
-``fastenv:`` makes Gymnasium import fastenv (which registers the id) wherever an env runner builds
-the env, in this process or in a remote env runner.
+fastenv's vector env (worker processes, chunks of 8) in the autoreset mode it reads (NEXT_STEP), in
+this process or in a remote env runner.
 Observations are flat (``flatten=True``: proprioception and object state), actions a flat chunk
 ``Box(8 * 7)``. One RLlib env step is one chunk: ``train_batch_size_per_learner`` counts chunks,
 and ``gamma`` discounts once per chunk (``0.99 ** 8`` keeps the horizon of 0.99 per simulator step).
@@ -20,6 +20,9 @@ import argparse
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_EPISODES_LIFETIME
+from ray.tune.registry import register_env
+
+from fastenv.integrations.rllib import env_creator
 
 
 def main() -> None:
@@ -34,12 +37,13 @@ def main() -> None:
     parser.add_argument("--max-episode-steps", type=int, default=200, help="simulator steps")
     args = parser.parse_args()
 
+    register_env("fastenv-libero", env_creator("fastenv/Libero-v0", num_workers=args.num_workers))  # NEXT_STEP, as RLlib reads
     config = (
         PPOConfig()
         .environment(
-            "fastenv:fastenv/Libero-v0",  # was: "CartPole-v1"
+            "fastenv-libero",  # was: "CartPole-v1"
             env_config={
-                "num_workers": args.num_workers, "chunk": args.chunk, "max_episode_steps": args.max_episode_steps,
+                "chunk": args.chunk, "max_episode_steps": args.max_episode_steps,
                 "flatten": True, "modalities": ["robot0_proprio-state", "object-state"],
             },
         )

@@ -3,7 +3,8 @@
 Observations are a dict (camera image + proprioception), so SB3 picks ``MultiInputPolicy`` and
 transposes the image itself; actions are chunks ``Box(K, 7)``. Truncated episodes bootstrap from
 ``terminal_observation``, which fastenv fills from the final observations. fastenv's
-``RolloutBuffer`` keeps the transitions a worker restart invents out of PPO's updates.
+``RolloutBuffer``, with ``RestartMarksCallback``, keeps the transitions a worker restart invents
+out of PPO's updates.
 
     python examples/sb3_ppo_libero.py --timesteps 2048
 """
@@ -14,7 +15,7 @@ import argparse
 
 from stable_baselines3 import PPO
 
-from fastenv.integrations.sb3 import RolloutBuffer, make_vec_env
+from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec_env
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
             "MultiInputPolicy", venv, n_steps=args.n_steps, batch_size=64, n_epochs=2, verbose=1, device="auto",
             rollout_buffer_class=RolloutBuffer,
         )
-        model.learn(total_timesteps=args.timesteps)
+        model.learn(total_timesteps=args.timesteps, callback=RestartMarksCallback())
         print(f"trained {model.num_timesteps} chunks ({model.num_timesteps * args.chunk} simulator steps)")
     finally:
         venv.close()

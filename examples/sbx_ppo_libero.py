@@ -16,7 +16,7 @@ import argparse
 
 from sbx import PPO
 
-from fastenv.integrations.sb3 import RolloutBuffer, make_vec_env
+from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec_env
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
             "MlpPolicy", venv, n_steps=args.n_steps, batch_size=64, n_epochs=2, gamma=0.99**args.chunk, verbose=1,
             rollout_buffer_class=RolloutBuffer,
         )
-        model.learn(total_timesteps=args.timesteps)
+        model.learn(total_timesteps=args.timesteps, callback=RestartMarksCallback())
         print(f"trained {model.num_timesteps} chunks ({model.num_timesteps * args.chunk} simulator steps)")
     finally:
         venv.close()

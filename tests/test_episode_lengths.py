@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAINING = ROOT / "docs" / "training.md"
 
 STEPS, CHUNK = 20, 8  # a 20-step episode in chunks of 8: 8 + 8 + 4 simulator steps, 3 chunks
-OPTIONS = {"chunk": CHUNK, "camera_size": 32, "max_episode_steps": STEPS, "modalities": ["robot0_proprio-state"]}
+# gym.make's options: the env's own limit in simulator steps is max_sim_steps there
+OPTIONS = {"chunk": CHUNK, "camera_size": 32, "max_sim_steps": STEPS, "modalities": ["robot0_proprio-state"]}
 
 # What each library logs, as docs/training.md names it.
 LOGGED = {
@@ -90,7 +91,7 @@ def test_sb3_ep_len_mean_counts_chunks() -> None:
     from stable_baselines3.common.logger import KVWriter, Logger
 
     import fastenv  # noqa: F401  (registers fastenv/Libero-v0)
-    from fastenv.integrations.sb3 import RolloutBuffer, SB3VecEnv, VecMonitor
+    from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, SB3VecEnv, VecMonitor
 
     class Capture(KVWriter):
         def __init__(self) -> None:
@@ -123,7 +124,7 @@ def test_sb3_ep_len_mean_counts_chunks() -> None:
         capture = Capture()
         model.set_logger(Logger(folder=None, output_formats=[capture]))
         counter = SimulatorSteps()
-        model.learn(total_timesteps=6, callback=counter)  # 6 chunks: two 20-step episodes
+        model.learn(total_timesteps=6, callback=[counter, RestartMarksCallback()])  # 6 chunks: two 20-step episodes
     finally:
         venv.close()
     assert counter.ended == [STEPS, STEPS]

@@ -47,10 +47,18 @@ def _proprio(run: subprocess.CompletedProcess) -> str:
 
 
 def test_async_with_fork_is_refused_at_once_saying_what_to_use(tmp_path):
-    run = run_mode(tmp_path, "async", "-")  # Gymnasium's default context here: fork
-    assert run.returncode != 0
-    assert "ValueError" in run.stderr and "vector_kwargs={'context': 'spawn'}" in run.stderr
-    assert "Traceback" in run.stderr and "Worker<AsyncVectorEnv>" not in run.stderr  # refused before any worker started
+    # Gymnasium's default context here is fork: the main process builds one env, then forks its
+    # workers, which refuse to build theirs (before, they hung). A worker builds its env outside
+    # the try block that reports errors, so it dies printing its traceback and the main process
+    # sees its pipe close; the run ends (a hang would time out).
+    run = run_mode(tmp_path, "async", "-")
+    assert run.returncode != 0 and "OK" not in run.stdout
+    assert "Process Worker<AsyncVectorEnv>" in run.stderr
+    said = run.stderr[run.stderr.index("RuntimeError: a LIBERO env: this process was forked"):]
+    for way in ("gym.make_vec(id, num_envs=N)", "vector_kwargs={'context': 'spawn'}", "vectorization_mode='sync'"):
+        assert way in said
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.split(":")[0] in ("EOFError", "ConnectionResetError", "BrokenPipeError"), last
 
 
 @pytest.mark.big_memory
@@ -77,3 +85,35 @@ def test_a_child_forked_after_an_opengl_context_refuses_to_build_a_libero_env():
             _gl.check_not_forked_after_gl("a LIBERO env")
     finally:
         _gl._context_process = previous
+
+
+AFTER_AN_ENV = textwrap.dedent(
+    """
+    import numpy as np
+    import gymnasium as gym
+    import fastenv  # noqa: F401
+
+    if __name__ == "__main__":
+        options = dict(camera_size=32, chunk=2, modalities=["agentview_image", "robot0_proprio-state"])
+        env = gym.make("fastenv/Libero-v0", **options)  # this process now holds an OpenGL context
+        env.reset(seed=0)
+        for context in ("spawn", "forkserver"):
+            envs = gym.make_vec("fastenv/Libero-v0", num_envs=1, num_workers=1, context=context, **options)
+            envs.reset(seed=0)
+            obs, *_ = envs.step(np.zeros((1, 2, 7), np.float32))
+            print("OK", context, obs["agentview_image"].shape, flush=True)
+            envs.close()
+        env.close()
+    """
+)
+
+
+def test_fastenvs_own_workers_build_after_this_process_built_a_libero_env(tmp_path):
+    # The fork guard is a fact of the process: spawned and forkserver workers start without it.
+    script = tmp_path / "after_an_env.py"
+    script.write_text(AFTER_AN_ENV)
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, check=False, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [line for line in run.stdout.splitlines() if line.startswith("OK ")] == [
+        "OK spawn (1, 32, 32, 3)", "OK forkserver (1, 32, 32, 3)"
+    ]

@@ -47,3 +47,16 @@ def test_the_version_has_one_source_and_the_distribution_its_own_name(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"fastenv {fastenv.__version__}"
+
+
+def test_nothing_in_the_package_decides_by_reading_its_callers_frames():
+    # What an env or adapter does is chosen by explicit arguments, never by who called it: a rename
+    # in a library above would otherwise change the data silently.
+    import re
+    from pathlib import Path
+
+    src = Path(fastenv.__file__).parent
+    reads = re.compile(r"\b(_getframe|f_back|f_locals|currentframe)\b|inspect\.stack\(")
+    found = [f"{path.relative_to(src)}:{n}" for path in sorted(src.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if reads.search(line)]
+    assert not found, f"frame reads: {found}"

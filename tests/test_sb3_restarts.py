@@ -22,8 +22,8 @@ import torch as th  # noqa: E402
 from fakes import CountdownEnv, DictCountdownEnv, RandomLengthEnv  # noqa: E402
 from stable_baselines3 import PPO, SAC  # noqa: E402
 from stable_baselines3.common import buffers as _sb3_buffers  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
-from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor  # noqa: E402
+from stable_baselines3.common.callbacks import BaseCallback, EvalCallback  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecMonitor  # noqa: E402
 
 from fastenv.integrations import sb3 as fsb3  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
@@ -109,7 +109,7 @@ def test_ppo_leaves_out_the_transition_a_worker_restart_invented(dict_obs):
         record = Record()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model.learn(2 * N_STEPS, callback=[KillWorker(KILL_AFTER), record])
+            model.learn(2 * N_STEPS, callback=[KillWorker(KILL_AFTER), record, fsb3.RestartMarksCallback()])
     finally:
         venv.close()
     t = KILL_AFTER
@@ -132,6 +132,97 @@ def test_ppo_leaves_out_the_transition_a_worker_restart_invented(dict_obs):
     assert restart_warnings(caught) == []
 
 
+class KillDuringEvaluations(VecEnvWrapper):
+    """Kills worker 1 of the fastenv vector env underneath at the 2nd step of the chosen evaluations
+    (each of EvalCallback's evaluations starts with a reset), and counts the restarts it reports."""
+
+    def __init__(self, venv, evaluations: set[int]) -> None:
+        super().__init__(venv)
+        self.evaluations, self.evaluation, self.steps, self.restarts = evaluations, 0, 0, 0
+
+    def reset(self):
+        self.evaluation, self.steps = self.evaluation + 1, 0
+        return self.venv.reset()
+
+    def step_async(self, actions) -> None:
+        self.steps += 1
+        if self.evaluation in self.evaluations and self.steps == 2:
+            os.kill(self.venv.unwrapped.vector_env.worker_pids[1], signal.SIGKILL)
+        self.venv.step_async(actions)
+
+    def step_wait(self):
+        obs, rewards, dones, infos = self.venv.step_wait()
+        self.restarts += int(fsb3.restarted_mask(infos, dones).sum())
+        return obs, rewards, dones, infos
+
+
+def test_an_eval_callback_stepping_another_fastenv_env_between_step_and_add_leaves_the_marks_alone():
+    # EvalCallback evaluates after every training step, before PPO adds it to the buffer, on
+    # another fastenv VecEnv whose worker restarts during the evaluations of training steps 0 and
+    # KILL_AFTER; the training env restarts at step KILL_AFTER. Only that one is marked.
+    venv = fsb3.make_vec_env(ENV_ID, 2)
+    evaluated = KillDuringEvaluations(fsb3.SB3VecEnv(PipelineVectorEnv([partial(CountdownEnv, 3)] * 2, num_workers=2)), {1, KILL_AFTER + 1})
+    eval_env = fsb3.VecMonitor(evaluated)
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=N_STEPS, batch_size=4, n_epochs=1, seed=0, device="cpu", policy_kwargs=small(),
+                    rollout_buffer_class=fsb3.RolloutBuffer)
+        evaluation = EvalCallback(eval_env, n_eval_episodes=2, eval_freq=1, verbose=0)
+        batches = record_minibatches(model)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.learn(2 * N_STEPS, callback=[KillWorker(KILL_AFTER), evaluation, fsb3.RestartMarksCallback()])
+        assert evaluated.evaluation == N_STEPS and evaluated.restarts == 2  # the eval env did restart, twice
+        assert model.rollout_buffer.restarted.tolist() == [[False, i == KILL_AFTER] for i in range(N_STEPS)]
+        assert len(np.concatenate([batch.actions.numpy() for batch in batches])) == 2 * N_STEPS - 1
+        # The eval env, which no buffer reads, warns about its own restart; the training env does not.
+        [warning] = restart_warnings(caught)
+        assert "callback=fastenv.integrations.sb3.RestartMarksCallback()" in str(warning.message)
+        # Once learn() has returned, the training env warns again about a restart in a loop of one's own.
+        os.kill(venv.unwrapped.vector_env.worker_pids[1], signal.SIGKILL)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            *_, dones, infos = venv.step(np.zeros((2, 1), np.float32))
+        assert fsb3.restarted_mask(infos, dones).tolist() == [False, True]
+        [warning] = restart_warnings(caught)
+    finally:
+        venv.close()
+        eval_env.close()
+
+
+def test_without_the_callback_the_rollout_buffer_warns_and_keeps_the_invented_transition():
+    venv = fsb3.make_vec_env(ENV_ID, 2)
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=N_STEPS, batch_size=4, n_epochs=1, seed=0, device="cpu", policy_kwargs=small(),
+                    rollout_buffer_class=fsb3.RolloutBuffer)
+        batches = record_minibatches(model)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.learn(2 * N_STEPS, callback=KillWorker(KILL_AFTER))
+    finally:
+        venv.close()
+    assert not model.rollout_buffer.restarted.any()
+    assert len(np.concatenate([batch.actions.numpy() for batch in batches])) == 2 * N_STEPS  # as SB3's own buffer
+    [blind] = [w for w in caught if "got no restart marks" in str(w.message)]  # once, at the first add
+    assert "callback=fastenv.integrations.sb3.RestartMarksCallback() to learn()" in str(blind.message)
+    [warning] = [w for w in restart_warnings(caught) if w is not blind]  # and SB3VecEnv's, at the restart
+    assert "a worker restart invented a transition for envs [1]" in str(warning.message)
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "sac"])
+def test_the_callback_refuses_sb3s_own_buffers_before_training(algorithm):
+    env = DummyVecEnv([partial(CountdownEnv, 5)])
+    if algorithm == "ppo":
+        model = PPO("MlpPolicy", env, n_steps=N_STEPS, batch_size=4, device="cpu", policy_kwargs=small())
+        buffer = "stable_baselines3.common.buffers.RolloutBuffer"
+    else:
+        model = SAC("MlpPolicy", env, learning_starts=4, batch_size=4, buffer_size=16, device="cpu", policy_kwargs=small())
+        buffer = "stable_baselines3.common.buffers.ReplayBuffer"
+    with pytest.raises(TypeError, match=rf"RestartMarksCallback hands restart marks to fastenv's buffers, but this "
+                                        rf"{type(model).__name__} fills {buffer}: pass rollout_buffer_class="):
+        model.learn(N_STEPS, callback=fsb3.RestartMarksCallback())
+    assert model.num_timesteps == 0
+
+
 def test_sb3s_own_buffer_gets_one_warning_that_names_the_fix():
     venv = fsb3.make_vec_env(ENV_ID, 2)
     try:
@@ -144,6 +235,7 @@ def test_sb3s_own_buffer_gets_one_warning_that_names_the_fix():
     [warning] = restart_warnings(caught)
     assert "rollout_buffer_class=fastenv.integrations.sb3.RolloutBuffer" in str(warning.message)
     assert "replay_buffer_class=fastenv.integrations.sb3.ReplayBuffer" in str(warning.message)
+    assert "callback=fastenv.integrations.sb3.RestartMarksCallback() to learn()" in str(warning.message)
 
 
 @pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])
@@ -159,7 +251,7 @@ def test_sac_never_samples_the_transition_a_worker_restart_invented(dict_obs):
         trained_on = record_samples(buffer)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model.learn(2 * N_STEPS, callback=KillWorker(KILL_AFTER))
+            model.learn(2 * N_STEPS, callback=[KillWorker(KILL_AFTER), fsb3.RestartMarksCallback()])
     finally:
         venv.close()
     t = KILL_AFTER
@@ -232,7 +324,7 @@ def test_rollout_buffers_without_restarts_are_sb3s_own(dict_obs):
         )
         batches = record_minibatches(model)
         record = Record()
-        model.learn(2 * 2 * N_STEPS, callback=record)
+        model.learn(2 * 2 * N_STEPS, callback=[record] + ([fsb3.RestartMarksCallback()] if buffer_class else []))
         runs.append((type(model.rollout_buffer), record.rollouts, [tuple(b) for b in batches], _parameters(model)))
     (sb3_type, sb3_rollouts, sb3_batches, sb3_weights), (our_type, our_rollouts, our_batches, our_weights) = runs
     assert sb3_type is (_sb3_buffers.DictRolloutBuffer if dict_obs else _sb3_buffers.RolloutBuffer)
@@ -254,7 +346,7 @@ def test_replay_buffers_without_restarts_are_sb3s_own(dict_obs):
             buffer_size=16, seed=0, device="cpu", policy_kwargs=small(), replay_buffer_class=buffer_class,
         )
         samples = record_samples(model.replay_buffer)
-        model.learn(40)  # 20 steps of 2 envs: the buffer of 8 rows wraps around
+        model.learn(40, callback=[fsb3.RestartMarksCallback()] if buffer_class else [])  # 20 steps of 2 envs: the buffer of 8 rows wraps around
         runs.append((type(model.replay_buffer), [tuple(s) for s in samples], _parameters(model)))
     (sb3_type, sb3_samples, sb3_weights), (our_type, our_samples, our_weights) = runs
     assert our_type is (fsb3.DictReplayBuffer if dict_obs else fsb3.ReplayBuffer) and issubclass(our_type, sb3_type)
@@ -320,7 +412,32 @@ def test_a_rollout_buffer_filled_outside_collect_rollouts_warns_once():
         for _ in range(2):
             buffer.add(np.zeros((1, 1)), np.zeros((1, 1)), np.zeros(1), np.zeros(1), th.zeros(1), th.zeros(1))
     [warning] = [w for w in caught if "collect_rollouts" in str(w.message)]
+    assert "got no restart marks for this step" in str(warning.message)
+    assert "callback=fastenv.integrations.sb3.RestartMarksCallback() to learn()" in str(warning.message)
     assert "transitions a worker restart invented are kept" in str(warning.message)
+    assert not buffer.restarted.any()
+
+
+def test_rollout_buffer_takes_one_steps_marks_per_add_and_checks_them():
+    box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    buffer = fsb3.RolloutBuffer(3, box, box, n_envs=2, device="cpu")
+    step = (np.zeros((2, 1)), np.zeros((2, 1)), np.zeros(2), np.zeros(2), th.zeros(2), th.zeros(2))
+    buffer.mark_restarts(np.array([False, True]))
+    buffer.add(*step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        buffer.add(*step)  # no marks for this one: not the last step's again
+    assert buffer.restarted[:2].tolist() == [[False, True], [False, False]]
+    assert [w for w in caught if "got no restart marks" in str(w.message)]
+    for bad in (np.array([True]), np.array([0, 1]), [[False, True]]):
+        with pytest.raises(ValueError, match=r"marks must be 2 booleans \(one per env\), got"):
+            buffer.mark_restarts(bad)
+    buffer.mark_restarts(np.array([True, False]))
+    buffer.reset()  # a new rollout starts without the marks of a step that was never added
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        buffer.add(*step)
+    assert not buffer.restarted.any()
 
 
 def test_vec_monitor_without_restarts_is_sb3s():

@@ -44,8 +44,8 @@ def test_libero_vector_env_matches_sync_vector_env_with_final_observations():
 
 
 def test_make_with_num_envs_returns_the_batched_env_with_stages():
-    # gym.make keeps max_episode_steps for Gymnasium's TimeLimit, which a batched env refuses
-    kwargs = {k: v for k, v in ENV_KWARGS.items() if k != "max_episode_steps"}
+    # gym.make keeps max_episode_steps for Gymnasium's TimeLimit; each env's own is max_sim_steps there
+    kwargs = {("max_sim_steps" if k == "max_episode_steps" else k): v for k, v in ENV_KWARGS.items()}
     env = gym.make("fastenv/Libero-v0", num_envs=2, num_workers=1, pipeline_stages=2, **kwargs)
     try:
         batched = env.unwrapped

@@ -62,8 +62,10 @@ def check_not_forked_after_gl(what: str) -> None:
     if _context_process is not None and _context_process != os.getpid():
         raise RuntimeError(
             f"{what}: this process was forked from one that had built a LIBERO env, and an OpenGL (EGL) "
-            "context does not survive fork: building one here would hang. Gymnasium's AsyncVectorEnv forks "
-            "by default (it builds one env in the main process first). Use gym.make_vec(id, num_envs=N) "
-            "(fastenv's own vector env, the default mode), or vectorization_mode='async' with "
-            "vector_kwargs={'context': 'spawn'}"
+            "context does not survive fork: building one here would hang. Gymnasium's AsyncVectorEnv "
+            "(gym.make_vec(id, vectorization_mode='async')) builds one env in the main process, then forks its "
+            "workers (fork is its default start method on Linux). Use gym.make_vec(id, num_envs=N) (fastenv's "
+            "own vector env, the default mode: workers, shared memory, chunks), or keep Gymnasium's "
+            "AsyncVectorEnv with vector_kwargs={'context': 'spawn'} (and the main guard, "
+            "if __name__ == '__main__':), or vectorization_mode='sync' (the envs in one process)"
         )

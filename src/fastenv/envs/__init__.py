@@ -7,27 +7,32 @@ module per backend holds its entry points (``libero``, ``maniskill``, ``behavior
 below registers them, and the backends that adopt envs someone already built (``fastenv.wrap``).
 Entry points are strings so nothing heavy is imported.
 
-``gym.make(id, max_episode_steps=N)`` keeps ``N`` to itself: it never reaches the entry point, and
-Gymnasium's ``TimeLimit`` counts actions, which for a chunked env are chunks of K simulator steps.
-fastenv's entry points read it from ``gym.make``'s call and pass it on as the env's own limit
-(each backend's ``max_episode_steps``: simulator steps for LIBERO and ManiSkill), so it means
-what it means everywhere else in fastenv. Gymnasium's ``TimeLimit`` stays above it and never
-fires first (N actions are at least N simulator steps).
+An env's own limit is its backend's ``max_episode_steps``, in simulator steps. ``gym.make`` keeps
+that name for itself: ``gym.make(id, max_episode_steps=N)`` puts Gymnasium's ``TimeLimit`` on top,
+which counts actions (chunks of K simulator steps), and ``N`` never reaches the entry point. So
+through ``gym.make`` (and ``gym.make_vec``'s "sync" and "async" modes, which call it for each env)
+the env's own limit is ``max_sim_steps=N``, which the entry points below pass on as the env's
+``max_episode_steps``; it is kept in ``env.spec.kwargs``, so ``gym.make(env.spec)`` rebuilds the
+same env. ``gym.make_vec``'s default mode hands ``max_episode_steps`` to the vector entry point
+itself. Gymnasium has no hook that sees ``gym.make``'s ``N`` and leaves ``gym.make_vec`` working:
+a spec's ``additional_wrappers`` receive the ``TimeLimit``, but ``gym.make_vec`` refuses a vector
+entry point whose spec has any.
+
+A LIBERO env built in a process forked from one that had built one (Gymnasium's ``AsyncVectorEnv``
+with its default start method, fork) is refused by the backend (``fastenv.backends._gl``): the
+copied OpenGL context would hang it.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import gymnasium as gym
 
+from fastenv._validation import check_positive_int
 from fastenv.core.registry import register_builtin
-from fastenv.envs.options import built_by_rllib
-from fastenv.vector import VECTOR_OPTIONS, BatchedEnv
 
 
 @dataclass(frozen=True)
@@ -37,14 +42,13 @@ class BackendEntry:
     env_id: str
     module: str  # holds make_env (and make_vec when the backend vectorizes)
     vector: bool = True
-    gl: bool = False  # renders with OpenGL in the env's process (a forked copy of a context deadlocks)
     adopts: tuple[str, ...] = ()  # qualified class names that fastenv.wrap hands to the backend's adopt
     adopt: str | None = None
 
 
 BACKENDS = {
     "libero": BackendEntry(
-        "fastenv/Libero-v0", "fastenv.envs.libero", gl=True,
+        "fastenv/Libero-v0", "fastenv.envs.libero",
         adopts=("libero.libero.envs.env_wrapper.ControlEnv", "liberopro.liberopro.envs.env_wrapper.ControlEnv",
                 "liberoplus.liberoplus.envs.env_wrapper.ControlEnv"),
         adopt="fastenv.backends.libero:adopt",
@@ -74,91 +78,50 @@ def register_envs() -> None:
             register_builtin(name, entry.adopts, entry.adopt)
 
 
-def gym_make_time_limit(frame: FrameType | None) -> int | None:
-    """``max_episode_steps`` given to the ``gym.make`` call that runs an entry point, if any.
-
-    ``frame`` is the entry point's caller: ``gym.make`` calls the entry point directly.
-    """
-    if frame is None or frame.f_code is not getattr(gym.envs.registration.make, "__code__", None):
-        return None
-    limit = frame.f_locals.get("max_episode_steps")
-    return None if limit is None or limit == -1 else limit
-
-
-def forking_async_vector_env(frame: FrameType | None) -> bool:
-    """Whether this env is being built by Gymnasium's ``AsyncVectorEnv`` that will fork its workers.
-
-    ``AsyncVectorEnv`` builds one env in the calling process, then starts its workers with the
-    ``context`` it was given, by default the platform's (fork on Linux).
-    """
-    import multiprocessing
-
-    init = getattr(gym.vector.AsyncVectorEnv.__init__, "__code__", None)
-    while frame is not None:
-        if frame.f_code is init:
-            context = frame.f_locals.get("context")
-            method = context if isinstance(context, str) else multiprocessing.get_context(context).get_start_method()
-            return method == "fork"
-        frame = frame.f_back
-    return False
-
-
-def _entry(env_id: str, frame: FrameType | None, kwargs: dict[str, Any]) -> Any:
+def _entry(env_id: str, kwargs: dict[str, Any]) -> Any:
     entry = _BY_ID[env_id]
-    if entry.gl and forking_async_vector_env(frame):
-        raise ValueError(
-            f"gym.make_vec({env_id!r}, vectorization_mode='async') forks its workers after building an env here, "
-            "and an OpenGL (EGL) context does not survive fork: they would hang. Use gym.make_vec(id, num_envs=N) "
-            "(fastenv's own vector env, the default mode: workers, shared memory, chunks), or keep Gymnasium's "
-            "AsyncVectorEnv with vector_kwargs={'context': 'spawn'} (and the main guard, "
-            "if __name__ == '__main__':); vectorization_mode='sync' runs the envs in this process"
-        )
-    batched = kwargs.get("num_envs") is not None or any(key in kwargs for key in (*VECTOR_OPTIONS, "vector_kwargs"))
-    if batched and entry.vector and built_by_rllib(frame):
-        raise ValueError(
-            f"RLlib's env runner is building single {env_id} envs (gym_env_vectorize_mode='sync', its default) with vector "
-            f"options {sorted(key for key in kwargs if key in (*VECTOR_OPTIONS, 'vector_kwargs', 'num_envs'))}: "
-            "pass .env_runners(gym_env_vectorize_mode='vector_entry_point') to the config for fastenv's vector env"
-        )
     make_env = importlib.import_module(entry.module).make_env
-    limit = gym_make_time_limit(frame)
-    if limit is not None:
-        if batched:
-            raise _batched_time_limit(env_id, limit)
-        kwargs["max_episode_steps"] = limit
-    env = make_env(**kwargs)
-    if limit is not None and _is_batched(env):
-        env.close()  # ManiSkill on a GPU is batched whatever the options
-        raise _batched_time_limit(env_id, limit)
-    return env
+    return make_env(**with_sim_steps(env_id, kwargs))
 
 
-def _is_batched(env: Any) -> bool:
-    return isinstance(env.unwrapped, BatchedEnv)
+def with_sim_steps(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An entry point's ``kwargs`` with ``max_sim_steps`` given to the env as its ``max_episode_steps``."""
+    limit = kwargs.pop("max_sim_steps", None)
+    if limit is None:
+        return kwargs
+    if kwargs.get("max_episode_steps") is not None:
+        raise TypeError(
+            f"{env_id}: max_sim_steps={limit!r} and max_episode_steps={kwargs['max_episode_steps']!r} name the same "
+            "limit; give it once"
+        )
+    return {**kwargs, "max_episode_steps": check_positive_int("max_sim_steps", limit)}
 
 
-def _batched_time_limit(env_id: str, limit: int) -> ValueError:
-    return ValueError(
-        f"gym.make({env_id!r}, max_episode_steps={limit}) builds a batched env here (num_envs, vector "
-        "options, or ManiSkill on a GPU), and Gymnasium's TimeLimit would count the batch's steps and "
-        f"truncate every env at once; pass it to gym.make_vec({env_id!r}, num_envs=..., "
-        f"max_episode_steps={limit}), where each env counts its own"
-    )
+def gym_make_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for ``gym.make(env_id, **kwargs)`` in which ``max_episode_steps`` is the env's own limit.
+
+    On fastenv's ids it is passed as ``max_sim_steps`` (``gym.make`` would keep it for its
+    ``TimeLimit``); other ids get ``kwargs`` as they are.
+    """
+    kwargs = dict(kwargs)
+    if env_id in _BY_ID and kwargs.get("max_episode_steps") is not None:
+        kwargs["max_sim_steps"] = kwargs.pop("max_episode_steps")
+    return kwargs
 
 
 def make_libero(**kwargs: Any) -> Any:
-    """``gym.make("fastenv/Libero-v0", ...)``: ``fastenv.envs.libero.make_env``, with ``gym.make``'s
-    ``max_episode_steps`` passed on (simulator steps)."""
-    return _entry("fastenv/Libero-v0", sys._getframe(1), kwargs)
+    """``gym.make("fastenv/Libero-v0", ...)``: ``fastenv.envs.libero.make_env``, with
+    ``max_sim_steps`` as its ``max_episode_steps`` (simulator steps)."""
+    return _entry("fastenv/Libero-v0", kwargs)
 
 
 def make_maniskill(**kwargs: Any) -> Any:
     """``gym.make("fastenv/ManiSkill-v0", ...)``: ``fastenv.envs.maniskill.make_env``, with
-    ``gym.make``'s ``max_episode_steps`` passed on (simulator steps)."""
-    return _entry("fastenv/ManiSkill-v0", sys._getframe(1), kwargs)
+    ``max_sim_steps`` as its ``max_episode_steps`` (simulator steps)."""
+    return _entry("fastenv/ManiSkill-v0", kwargs)
 
 
 def make_behavior(**kwargs: Any) -> Any:
     """``gym.make("fastenv/Behavior-v0", ...)``: ``fastenv.envs.behavior.make_env``, with
-    ``gym.make``'s ``max_episode_steps`` passed on (OmniGibson's own timeout)."""
-    return _entry("fastenv/Behavior-v0", sys._getframe(1), kwargs)
+    ``max_sim_steps`` as its ``max_episode_steps`` (actions, by OmniGibson's own timeout)."""
+    return _entry("fastenv/Behavior-v0", kwargs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +11,6 @@ from fastenv.backends import libero
 from fastenv.backends.libero import DEFAULT_MODALITIES
 from fastenv.envs.options import (
     check_chunk_options,
-    rllib_autoreset,
     split_options,
     with_defaults,
 )
@@ -96,7 +94,6 @@ def make_vec(num_envs: int = 1, **kwargs: Any) -> PipelineVectorEnv:
         >>> envs = gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2, pipeline_stages=2, chunk=8)
     """
     env_options, vector_options = split_options(make_env, kwargs)
-    vector_options = rllib_autoreset(vector_options, sys._getframe(1))
     _check(**with_defaults(make_env, env_options))
     return make_pipeline(make_env, num_envs, **vector_options, **env_options)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv._validation import check_positive_int
 from fastenv.backends import maniskill
-from fastenv.envs.options import VECTOR_OPTIONS, rllib_autoreset, split_options
+from fastenv.envs.options import VECTOR_OPTIONS, split_options
 from fastenv.vector import BatchedEnv, make_pipeline
 from fastenv.vector.pipeline import autoreset_mode_of
 from fastenv.wrappers import wrap
@@ -67,7 +66,6 @@ def make_vec(
     """
     num_envs = check_positive_int("num_envs", num_envs)
     _, vector = split_options(make_cpu_env, {key: kwargs.pop(key) for key in (*VECTOR_OPTIONS, "vector_kwargs") if key in kwargs})
-    vector = rllib_autoreset(vector, sys._getframe(1))  # RLlib's env runners read NEXT_STEP
     if maniskill.uses_gpu(num_envs, sim_backend):
         mode = autoreset_mode_of(vector.pop("autoreset_mode", AutoresetMode.SAME_STEP))
         if mode is not AutoresetMode.SAME_STEP:

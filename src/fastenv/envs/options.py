@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from types import FrameType
 from typing import Any
-
-from gymnasium.vector import AutoresetMode
 
 from fastenv._validation import check_discount, check_positive_int
 from fastenv.vector import VECTOR_OPTIONS
-from fastenv.vector.pipeline import autoreset_mode_of
 
 __all__ = [
-    "VECTOR_OPTIONS", "built_by_rllib", "check_chunk_options", "env_options", "rllib_autoreset", "split_options", "with_defaults",
+    "VECTOR_OPTIONS", "check_chunk_options", "env_options", "split_options", "with_defaults",
 ]
 
 # Parameters of an entry point that are not options of one env.
@@ -74,39 +70,3 @@ def check_chunk_options(*, chunk: Any, gamma: Any) -> None:
         check_discount("gamma", gamma)
         if chunk is None:
             raise ValueError("gamma discounts rewards inside a chunk; pass chunk= as well")
-
-
-
-def built_by_rllib(frame: FrameType | None) -> bool:
-    """Whether an RLlib env runner's ``make_env`` is building this env (it calls ``gym.make_vec``).
-
-    ``frame`` is the entry point's caller; RLlib's ``make_env`` is a few frames above it (its
-    ``gym.make_vec``, and Gymnasium's ``SyncVectorEnv`` building single envs). Read by module name:
-    nothing of Ray is imported.
-    """
-    for _ in range(8):
-        if frame is None:
-            return False
-        if frame.f_code.co_name == "make_env" and str(frame.f_globals.get("__name__", "")).startswith("ray.rllib."):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def rllib_autoreset(vector: dict[str, Any], frame: FrameType | None) -> dict[str, Any]:
-    """``vector`` (a vector entry point's vector options) in the autoreset mode its caller reads.
-
-    RLlib's env runners read a step after an episode's end as the next episode's reset
-    (NEXT_STEP, Gymnasium's default); fastenv's default, SAME_STEP, would end each episode on the
-    next one's first observation. Built by RLlib, the vector env runs NEXT_STEP, and another mode
-    asked for is refused.
-    """
-    if not built_by_rllib(frame):
-        return vector
-    mode = autoreset_mode_of(vector.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-    if mode is not AutoresetMode.NEXT_STEP:
-        raise ValueError(
-            f"RLlib's env runners read episode ends in Gymnasium's NEXT_STEP autoreset mode, got autoreset_mode={mode}: "
-            "leave autoreset_mode out of env_config (fastenv's vector env then runs NEXT_STEP under RLlib)"
-        )
-    return {**vector, "autoreset_mode": AutoresetMode.NEXT_STEP}

@@ -23,6 +23,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from fastenv.envs import gym_make_kwargs
+
 # flatten: one float32 Box in, flat (N, K*7) actions out; episode statistics in final_info,
 # which arrives as one dict per env.
 OPTIONS: dict[str, Any] = {
@@ -59,7 +61,8 @@ def _clip10(x: Any) -> Any:
 
 
 def _wrapped_env(env_id: str, gamma: float, kwargs: dict[str, Any]) -> gym.Env:
-    return ppo_continuous_wrappers(gym.make(env_id, **kwargs), gamma)
+    # max_episode_steps is the env's own limit here, as in the vector entry point without gamma
+    return ppo_continuous_wrappers(gym.make(env_id, **gym_make_kwargs(env_id, kwargs)), gamma)
 
 
 def make_vec(

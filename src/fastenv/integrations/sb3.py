@@ -4,10 +4,12 @@ that keep the transitions a worker restart invented out of SB3's training data.
 When a worker process dies, its envs come back reset and each reports a transition whose action
 never ran (reward 0, truncated, ``info["worker_restarted"]``). A VecEnv must return every env on
 every step, so ``SB3VecEnv`` reports it as an episode end and marks it; the buffers below (drop-in
-subclasses of SB3's) leave marked transitions out, and behave exactly like SB3's otherwise::
+subclasses of SB3's) leave marked transitions out, and behave exactly like SB3's otherwise.
+``RestartMarksCallback`` goes with them: SB3 hands its callbacks each step's infos (``locals``)
+before it adds the step to the buffer, and PPO's ``RolloutBuffer.add`` gets no infos of its own::
 
-    PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)   # PPO, A2C
-    SAC("MultiInputPolicy", venv, replay_buffer_class=ReplayBuffer)     # SAC, TD3, DDPG, DQN
+    PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer).learn(n, callback=RestartMarksCallback())
+    SAC("MultiInputPolicy", venv, replay_buffer_class=ReplayBuffer).learn(n, callback=RestartMarksCallback())
 
 What still sees a restart, and why: the step counts in ``num_timesteps`` and holds a slot of the
 rollout or replay buffer (the VecEnv answers for every env); callbacks see its marked info;
@@ -23,7 +25,6 @@ Importing this module needs ``pip install -e ".[sb3]"``.
 from __future__ import annotations
 
 import operator
-import sys
 import time
 import warnings
 from collections.abc import Generator, Mapping, Sequence
@@ -41,6 +42,7 @@ from fastenv.core.infos import STEP_KEYS, row_info
 require("stable_baselines3", "sb3", "Stable-Baselines3")
 
 from stable_baselines3.common import buffers as _sb3_buffers  # noqa: E402
+from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import is_wrapped  # noqa: E402
 from stable_baselines3.common.type_aliases import (  # noqa: E402
     DictReplayBufferSamples,
@@ -59,7 +61,8 @@ from stable_baselines3.common.vec_env.base_vec_env import (  # noqa: E402
 RESTART_KEY = "worker_restarted"
 _FIX = (
     "pass rollout_buffer_class=fastenv.integrations.sb3.RolloutBuffer (PPO, A2C) or "
-    "replay_buffer_class=fastenv.integrations.sb3.ReplayBuffer (SAC, TD3, DDPG, DQN) to leave it out"
+    "replay_buffer_class=fastenv.integrations.sb3.ReplayBuffer (SAC, TD3, DDPG, DQN) to the model, and "
+    "callback=fastenv.integrations.sb3.RestartMarksCallback() to learn(), to leave it out"
 )
 
 
@@ -71,37 +74,6 @@ def unbatch_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
 def restarted_mask(infos: Sequence[Mapping[str, Any]], dones: Any) -> np.ndarray:
     """Which envs' transitions in SB3 ``infos`` a worker restart invented (done and marked)."""
     return np.array([bool(done) and bool(info.get(RESTART_KEY, False)) for info, done in zip(infos, dones)], dtype=bool)
-
-
-def _step_being_added(buffer: Any) -> tuple[Any, Any] | None:
-    """``(infos, dones)`` of the step SB3's collect_rollouts is adding to ``buffer``, or None.
-
-    SB3's ``RolloutBuffer.add`` gets no infos; collect_rollouts holds them in its locals (the
-    ones it hands to callbacks), next to ``rollout_buffer``, the buffer being filled.
-    """
-    frame = sys._getframe(1)
-    for _ in range(8):
-        if frame is None:
-            return None
-        names = frame.f_locals
-        if names.get("rollout_buffer") is buffer and "infos" in names and "dones" in names:
-            return names["infos"], names["dones"]
-        frame = frame.f_back
-    return None
-
-
-def _buffer_being_filled() -> Any:
-    """The SB3 buffer of the collect_rollouts that is stepping an env now, or None."""
-    frame = sys._getframe(1)
-    for _ in range(16):  # collect_rollouts is a few VecEnv wrappers above step_wait
-        if frame is None:
-            return None
-        names = frame.f_locals
-        for name in ("rollout_buffer", "replay_buffer"):
-            if isinstance(names.get(name), _sb3_buffers.BaseBuffer):
-                return names[name]
-        frame = frame.f_back
-    return None
 
 
 def _is_batch(value: Any, space: spaces.Space, count: int) -> bool:
@@ -162,8 +134,8 @@ class SB3VecEnv(VecEnv):
 
     A transition a worker restart invented is reported as an episode end (done, truncated,
     ``terminal_observation`` the last observation seen) with ``info["worker_restarted"] = True``;
-    train with this module's ``RolloutBuffer``/``ReplayBuffer`` to leave it out. It warns once
-    when such a transition goes to SB3's own buffers.
+    train with this module's ``RolloutBuffer``/``ReplayBuffer`` and ``RestartMarksCallback`` to leave
+    it out. It warns once about such a transition unless a ``RestartMarksCallback`` is training on it.
 
     Examples:
         >>> venv = SB3VecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2))
@@ -178,6 +150,7 @@ class SB3VecEnv(VecEnv):
         space = vector_env.single_action_space
         self._structured = space if isinstance(space, (spaces.Dict, spaces.Tuple)) else None  # per-env actions get batched
         self._warned_restart = False
+        self._left_out_by: RestartMarksCallback | None = None  # set while one trains fastenv's buffers on it
         super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
 
     # -- stepping -------------------------------------------------------------------------------
@@ -237,14 +210,14 @@ class SB3VecEnv(VecEnv):
         return obs, np.asarray(rewards, dtype=np.float32), np.asarray(dones), out
 
     def _warn_restart(self, infos: list[dict[str, Any]]) -> None:
-        if isinstance(_buffer_being_filled(), (_RolloutRestarts, _ReplayRestarts)):
+        if self._left_out_by is not None:
             return
         self._warned_restart = True
         envs = [i for i, info in enumerate(infos) if info.get(RESTART_KEY) is True]
         warnings.warn(
             f"a worker restart invented a transition for envs {envs} (an action that never ran, reported "
-            f"done with reward 0 and info['{RESTART_KEY}'] = True); SB3's own buffers train on it: {_FIX}. "
-            "A loop of your own should leave out the transitions so marked.",
+            f"done with reward 0 and info['{RESTART_KEY}'] = True); SB3 trains on it unless its buffer leaves "
+            f"it out: {_FIX}. A loop of your own should leave out the transitions so marked.",
             UserWarning,
             stacklevel=3,
         )
@@ -317,34 +290,52 @@ class _RolloutRestarts:
     into the transition before, whose advantage is then the one of an episode truncated at the
     state the lost action was chosen in, bootstrapped with that state's value. ``get()`` leaves it
     out of the minibatches. Without marks every method is SB3's own.
+
+    SB3's ``add`` gets no infos: the marks of the step being added come from ``mark_restarts``,
+    which ``RestartMarksCallback`` calls with the step's infos between the env step and the add.
     """
 
     restarted: np.ndarray  # (buffer_size, n_envs): transitions a worker restart invented
     _kept: np.ndarray | None = None
+    _next_marks: np.ndarray | None = None  # the marks of the step the next add() stores
     _warned_blind = False
 
     def reset(self) -> None:
         super().reset()  # type: ignore[misc]
         self.restarted = np.zeros((self.buffer_size, self.n_envs), dtype=bool)  # type: ignore[attr-defined]
         self._kept = None
+        self._next_marks = None
+
+    def mark_restarts(self, marks: np.ndarray) -> None:
+        """Which envs' transitions in the step the next ``add()`` stores a worker restart invented.
+
+        Args:
+            marks: ``(n_envs,)`` booleans, e.g. ``restarted_mask(infos, dones)`` of the step.
+        """
+        marks = np.asarray(marks)
+        n_envs = self.n_envs  # type: ignore[attr-defined]
+        if marks.dtype != bool or marks.shape != (n_envs,):
+            raise ValueError(f"marks must be {n_envs} booleans (one per env), got {marks.dtype} of shape {marks.shape}")
+        self._next_marks = marks
 
     def add(self, *args: Any, **kwargs: Any) -> None:
-        self.restarted[self.pos] = self._restart_marks()  # type: ignore[attr-defined]
+        self.restarted[self.pos] = self._take_marks()  # type: ignore[attr-defined]
         super().add(*args, **kwargs)  # type: ignore[misc]
 
-    def _restart_marks(self) -> np.ndarray | bool:
-        step = _step_being_added(self)
-        if step is None:
+    def _take_marks(self) -> np.ndarray | bool:
+        marks, self._next_marks = self._next_marks, None  # one step's marks serve one add
+        if marks is None:
             if not self._warned_blind:
                 self._warned_blind = True
                 warnings.warn(
-                    f"{type(self).__name__}.add() was not called from SB3's collect_rollouts, so it cannot "
-                    "see the step's infos: transitions a worker restart invented are kept, as in SB3's buffer",
+                    f"{type(self).__name__}.add() got no restart marks for this step: pass "
+                    "callback=fastenv.integrations.sb3.RestartMarksCallback() to learn() (SB3's collect_rollouts "
+                    "hands it the step's infos); transitions a worker restart invented are kept, as in SB3's buffer",
                     UserWarning,
                     stacklevel=3,
                 )
             return False
-        return restarted_mask(*step)
+        return marks
 
     def compute_returns_and_advantage(self, last_values: Any, dones: np.ndarray) -> None:
         marked = self.restarted
@@ -382,10 +373,11 @@ class RolloutBuffer(_RolloutRestarts, _sb3_buffers.RolloutBuffer):
     """SB3's ``RolloutBuffer`` that leaves out transitions a worker restart invented.
 
     For a ``Dict`` observation space it builds this module's ``DictRolloutBuffer``, so one class
-    serves every policy. Marks are read from the ``infos`` of SB3's collect_rollouts.
+    serves every policy. Train with ``RestartMarksCallback``, which hands it each step's marks.
 
     Examples:
         >>> model = PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)
+        >>> model.learn(2048, callback=RestartMarksCallback())
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -464,10 +456,12 @@ class ReplayBuffer(_ReplayRestarts, _sb3_buffers.ReplayBuffer):
 
     For a ``Dict`` observation space it builds this module's ``DictReplayBuffer``, so one class
     serves every policy. (It is a 1-step buffer: SB3 ignores an algorithm's ``n_steps`` with a
-    custom buffer class.)
+    custom buffer class.) It reads the marks from the infos SB3 adds with each step; train with
+    ``RestartMarksCallback`` all the same, which tells ``SB3VecEnv`` that its marks are left out.
 
     Examples:
         >>> model = SAC("MultiInputPolicy", venv, replay_buffer_class=ReplayBuffer)
+        >>> model.learn(10_000, callback=RestartMarksCallback())
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -508,6 +502,59 @@ class DictReplayBuffer(_ReplayRestarts, _sb3_buffers.DictReplayBuffer):
         )
 
 
+class RestartMarksCallback(BaseCallback):
+    """Hands each step's restart marks to this module's buffers, through SB3's callback ``locals``.
+
+    SB3's collect_rollouts gives its callbacks the step's ``infos`` and ``dones`` after the env
+    step and before it adds the step to ``rollout_buffer``: there this callback tells PPO's
+    ``RolloutBuffer`` which of the step's transitions a worker restart invented. The locals are the
+    training loop's, so an ``EvalCallback`` that steps another env in between changes nothing. While
+    it trains, the ``SB3VecEnv`` underneath does not warn about restarts. A model whose buffer is
+    SB3's own is refused when ``learn()`` starts.
+
+    Examples:
+        >>> model = PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)
+        >>> model.learn(2048, callback=RestartMarksCallback())
+    """
+
+    def __init__(self, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self._venv: SB3VecEnv | None = None
+
+    def _init_callback(self) -> None:
+        buffer = getattr(self.model, "rollout_buffer", None)
+        if buffer is None:
+            buffer = getattr(self.model, "replay_buffer", None)
+        if not isinstance(buffer, (_RolloutRestarts, _ReplayRestarts)):
+            raise TypeError(
+                f"RestartMarksCallback hands restart marks to fastenv's buffers, but this {type(self.model).__name__} "
+                f"fills {type(buffer).__module__}.{type(buffer).__name__}: pass "
+                "rollout_buffer_class=fastenv.integrations.sb3.RolloutBuffer (PPO, A2C) or "
+                "replay_buffer_class=fastenv.integrations.sb3.ReplayBuffer (SAC, TD3, DDPG, DQN) to the model"
+            )
+
+    def _on_training_start(self) -> None:
+        venv = self.training_env.unwrapped if self.training_env is not None else None
+        self._venv = venv if isinstance(venv, SB3VecEnv) else None
+        if self._venv is not None:
+            self._venv._left_out_by = self
+
+    def _on_training_end(self) -> None:
+        if self._venv is not None and self._venv._left_out_by is self:
+            self._venv._left_out_by = None
+
+    def _on_step(self) -> bool:
+        buffer = self.locals.get("rollout_buffer")
+        if isinstance(buffer, _RolloutRestarts):
+            buffer.mark_restarts(restarted_mask(self.locals["infos"], self.locals["dones"]))
+        elif not isinstance(self.locals.get("replay_buffer"), _ReplayRestarts):  # it reads the infos SB3 adds
+            raise RuntimeError(
+                "RestartMarksCallback found neither fastenv's rollout_buffer nor its replay_buffer in the locals of "
+                f"{type(self.model).__name__}'s collect_rollouts: it serves SB3's (and SBX's) collect_rollouts"
+            )
+        return True
+
+
 class VecMonitor(_SB3VecMonitor):
     """SB3's ``VecMonitor``, for which a worker restart does not end an episode of the env.
 
@@ -546,14 +593,15 @@ def make_vec_env(env_id: str, num_envs: int, *, monitor: bool = True, **kwargs: 
     """``gym.make_vec(env_id, num_envs, **kwargs)`` as an SB3 VecEnv, with this module's ``VecMonitor`` by default.
 
     Train on it with ``rollout_buffer_class=RolloutBuffer`` (PPO, A2C) or
-    ``replay_buffer_class=ReplayBuffer`` (off-policy) so that transitions a worker restart
-    invented stay out of the training data. The ``VecMonitor`` counts an episode's length in
-    steps of this VecEnv, as SB3 does: with ``chunk=K`` its ``ep_len_mean`` counts chunks
-    (multiply by K for simulator steps).
+    ``replay_buffer_class=ReplayBuffer`` (off-policy), and ``callback=RestartMarksCallback()`` in
+    ``learn()``, so that transitions a worker restart invented stay out of the training data. The
+    ``VecMonitor`` counts an episode's length in steps of this VecEnv, as SB3 does: with
+    ``chunk=K`` its ``ep_len_mean`` counts chunks (multiply by K for simulator steps).
 
     Examples:
         >>> venv = make_vec_env("fastenv/Libero-v0", 4, num_workers=2, chunk=8, camera_size=64)
         >>> model = PPO("MultiInputPolicy", venv, rollout_buffer_class=RolloutBuffer)
+        >>> model.learn(2048, callback=RestartMarksCallback())
     """
     venv: VecEnv = SB3VecEnv(gym.make_vec(env_id, num_envs=num_envs, **kwargs))
     return VecMonitor(venv) if monitor else venv
@@ -564,6 +612,7 @@ __all__ = [
     "DictRolloutBuffer",
     "RESTART_KEY",
     "ReplayBuffer",
+    "RestartMarksCallback",
     "RolloutBuffer",
     "SB3VecEnv",
     "VecMonitor",
