@@ -25,11 +25,46 @@ def median_ms(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on: the CPU, and the kernel set numpy's BLAS runs there."""
-    # imported here: a benchmark's --before child imports this module beside an earlier fastenv
-    from fastenv.machine import measured_on
+    """What the numbers were measured on: the CPU (its model name, family and model numbers, and the
+    microarchitecture LLVM detects, which names the generation where the model name does not), the
+    cores, and the kernel set numpy's BLAS runs there."""
+    import numpy  # noqa: F401  (loaded before threadpoolctl looks: it reads the BLAS of loaded libraries only)
 
-    return measured_on()
+    # imported here: a benchmark's --before child imports this module beside an earlier fastenv
+    from fastenv.machine import available_cpus, measured_on
+
+    out = measured_on()
+    out.setdefault("numpy_blas", None)  # None: threadpoolctl is not installed here, so it was not read
+    out["cpus_available"] = available_cpus()
+    out["cpu_id"] = cpu_id()
+    out["llvm_host_cpu"] = llvm_host_cpu()
+    return out
+
+
+def cpu_id(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any] | None:
+    """The first CPU's vendor, family, model and stepping (Linux's ``/proc/cpuinfo``), None where not read."""
+    keys = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping"}
+    out: dict[str, Any] = {}
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    for line in text.split("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        name = keys.get(key.strip())
+        if name is not None:
+            value = value.strip()
+            out[name] = int(value) if value.isdigit() else value
+    return out or None
+
+
+def llvm_host_cpu() -> str | None:
+    """The CPU name LLVM detects here (what numba compiles for, e.g. ``znver3``, ``sapphirerapids``), None without llvmlite."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return None
+    return llvm.get_host_cpu_name()
 
 
 def no_paths(line: str) -> str:

@@ -26,7 +26,8 @@ def install_line(name: str) -> str:
     top = name.split(".")[0]
     if top in FROM_SETUP:
         return f"scripts/setup.sh installs {FROM_SETUP[top]} for the tests"
-    return f'pip install -e ".[{INSTALLS.get(top, "test")}]"'
+    extra = INSTALLS.get(top, "test")
+    return f'pip install -e ".[{extra}]"'
 
 
 def need(name: str, why: str = ""):

@@ -33,7 +33,8 @@ def ppo_params(env_name, num_actors, horizon, train_dir, env_config=None):
 
 def train(params, close=None, vec_env=None):
     """rl_games' PPO trained for the config's epochs; returns what each epoch's ``play_steps`` put in
-    the experience buffer (and its returns), every vector-env result it saw, and its episode stats.
+    the experience buffer (and its returns), every vector-env result it saw, and its episode stats
+    (with the model's parameters after training).
     ``close(venv)`` closes the vector env (default: its ``close()``); ``vec_env`` is handed to the
     agent through the config (``env_info`` and ``vec_env``) instead of made from ``env_name``."""
     runner = Runner()
@@ -65,6 +66,7 @@ def train(params, close=None, vec_env=None):
     finally:
         (close or type(venv).close)(venv)
     scores = agent.algo_observer.game_scores  # what the default observer logs from infos["scores"]
-    stats = {"rewards": agent.game_rewards.get_mean(), "lengths": agent.game_lengths.get_mean(),
-             "scores": scores.get_mean() if scores.current_size else None}
+    stats = {"rewards": agent.game_rewards.get_mean(), "lengths": agent.game_lengths.get_mean(), "games": len(agent.game_rewards),
+             "scores": scores.get_mean() if scores.current_size else None,
+             "parameters": {name: value.detach().cpu().numpy().copy() for name, value in agent.model.state_dict().items()}}
     return rollouts, log, stats

@@ -146,3 +146,14 @@ def schedule_success(monkeypatch: Any, after: int = 16) -> None:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([success_schedule.HOOK, *paths]))
 
+
+
+# What fastenv's LIBERO env adds to an info that LIBERO's own env does not give (docs/backends/libero.md):
+# the instruction and the init state drawn at a reset, LIBERO's success flag and the chunk keys at a step.
+FASTENV_INFO_KEYS = frozenset({"language_instruction", "init_state_id", "success", "chunk_steps", "chunk_rewards"})
+
+
+def stock_info(info: dict[str, Any]) -> dict[str, Any]:
+    """An info of fastenv's LIBERO env (per env, or batched by a library) less ``FASTENV_INFO_KEYS``:
+    what the stock env's info holds beside the keys both give."""
+    return {key: value for key, value in info.items() if key not in FASTENV_INFO_KEYS}

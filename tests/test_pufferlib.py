@@ -1,7 +1,9 @@
 """PufferLib through PufferVecEnv: what PufferLib's vectorization (``Serial``, ``Multiprocessing``)
 returns over ``GymnasiumPufferEnv`` copies of the stock env, PufferVecEnv returns on fastenv's
 vector env, step by step and bit for bit: observations (emulated), rewards, terminals, truncations,
-the infos list, teacher actions, agent ids and masks, episodes ending mid-chunk included."""
+the infos list, teacher actions, agent ids and masks, episodes ending mid-chunk included, on small
+envs; on LIBERO, against ``Multiprocessing`` over LIBERO's own env (chunk 1 and chunk 8), with the
+infos' episode statistics, and a negative control."""
 
 import copy
 import functools
@@ -113,30 +115,118 @@ def test_a_vector_env_that_resets_in_the_same_step_is_refused():
         make("CartPole-v1", 2, autoreset_mode="SameStep")
 
 
-# -- LIBERO -----------------------------------------------------------------------------------
-# Chunks of 2 in 5-step episodes: each episode ends inside its third chunk, truncated.
-LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=["agentview_image", "robot0_proprio-state"],
-              max_episode_steps=5, flatten=True)
+# -- the same data as PufferLib's vectorization of LIBERO's own env ----------------------------------
+# PufferLib has no collector apart from its trainer (whose compiled extension does not load here):
+# what is compared is its vectorization, pufferlib.vector.make(..., backend=Multiprocessing) over
+# GymnasiumPufferEnv copies of LIBERO's own env (tests/stock_libero.py), each env in a worker process
+# of its own, stepped one action at a time (chunk 1) or K at a time by the reference chunk loop,
+# against PufferVecEnv over fastenv's vector env, both driven by the send/recv loop of PufferLib's
+# trainer with one seeded policy. Each side runs in a process of its own: Multiprocessing builds a
+# driver env in the process that makes it (a LIBERO env the pytest process must not hold) and starts
+# its workers with the default start method (spawn there: a fork after a LIBERO env rendered hangs).
+STEPS = {1: 64, 8: 12}  # recv calls after the reset: 64 simulator steps per env at most, or 12 chunks of 8
+
+
+def _stock_env(chunk):
+    """LIBERO's own env with Gymnasium's episode statistics below the chunk loop: ``info["episode"]``
+    counts simulator steps, as fastenv's ``episode_statistics=True`` does."""
+    from gymnasium.wrappers import RecordEpisodeStatistics
+    from stock_libero import ChunkLoop, make_stock
+
+    env = RecordEpisodeStatistics(make_stock())
+    return env if chunk == 1 else ChunkLoop(env, chunk)
+
+
+def _run_libero(side, chunk, shift=False):
+    """``STEPS[chunk]`` recv calls of PufferLib's trainer loop (``async_reset(3)``, then ``send`` of a
+    seeded Gaussian MLP policy's clipped actions and ``recv``), each recv copied. ``side``: "stock"
+    (Multiprocessing over the stock env) or "fastenv" (``shift``: ShiftedFinalObservation below the
+    adapter, the negative control)."""
+    import multiprocessing
+
+    import torch
+    from fakes import ShiftedFinalObservation
+    from stock_libero import fastenv_options
+
+    multiprocessing.set_start_method("spawn", force=True)  # this process's default, which Multiprocessing uses
+    torch.manual_seed(0)
+    if side == "stock":
+        venv = pufferlib.vector.make(puffer_creator(functools.partial(_stock_env, chunk)), num_envs=2,
+                                     backend=pufferlib.vector.Multiprocessing, overwork=True)
+    elif not shift:
+        venv = make("fastenv/Libero-v0", 2, num_workers=2, episode_statistics=True, **fastenv_options(chunk))
+    else:
+        vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+                              episode_statistics=True, **fastenv_options(chunk))
+        venv = PufferVecEnv(ShiftedFinalObservation(vector))
+    try:
+        width = venv.single_observation_space.shape[0]
+        policy = torch.nn.Sequential(torch.nn.Linear(width, 16), torch.nn.Tanh(), torch.nn.Linear(16, 7 * chunk))
+        venv.async_reset(3)
+        out = [copy.deepcopy(venv.recv())]
+        for _ in range(STEPS[chunk]):
+            with torch.no_grad():
+                mean = policy(torch.as_tensor(out[-1][0]))
+            venv.send(torch.clamp(mean + torch.randn_like(mean), -1.0, 1.0).numpy())
+            out.append(copy.deepcopy(venv.recv()))
+        return out
+    finally:
+        venv.close()
+
+
+def _in_own_process(fn, *args):
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def _episode_infos(infos, fastenv):
+    """The infos' non-empty entries, fastenv's own keys set aside (``stock_libero.FASTENV_INFO_KEYS``),
+    without the episode's wall-clock time."""
+    from stock_libero import stock_info
+
+    kept = []
+    for info in infos:
+        info = stock_info(info) if fastenv else dict(info)
+        if "episode" in info:
+            info["episode"] = {key: value for key, value in info["episode"].items() if key != "t"}
+        if info:
+            kept.append(info)
+    return kept
+
+
+def _assert_same_libero_data(ours, ref):
+    assert len(ours) == len(ref)
+    for t, (got, want) in enumerate(zip(ours, ref)):
+        got = (*got[:5], _episode_infos(got[5], fastenv=True), *got[6:])
+        want = (*want[:5], _episode_infos(want[5], fastenv=False), *want[6:])
+        assert_identical(got, want, f"recv {t}", loose_scalars=True)
 
 
 @pytest.mark.libero
 @pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
-def test_pufferlib_on_libero_collects_what_its_serial_backend_collects():
-    from fastenv.envs.libero import make_env
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_pufferlib_on_libero_returns_what_its_multiprocessing_backend_returns_over_stock_libero(chunk, monkeypatch):
+    """Every recv (observations, rewards, terminals, truncations, teacher actions, agent ids, masks,
+    and the infos' episode statistics: return and length in simulator steps) of PufferVecEnv over
+    fastenv's vector env equals Multiprocessing's over LIBERO's own env, chunk 1 and chunk 8, bit for
+    bit; fastenv's own info keys are set aside (at chunk 8 and at 1 alike, fastenv's infos are never
+    empty: PufferLib's trainer would log ``success`` and the chunk keys beside the episodes)."""
+    from stock_libero import schedule_success
 
-    ref = pufferlib.vector.make(puffer_creator(functools.partial(make_env, **LIBERO)), num_envs=2,
-                                backend=pufferlib.vector.Serial)
-    try:
-        reference = collect(ref, 8)
-    finally:
-        ref.close()
-    venv = make("fastenv/Libero-v0", 2, num_workers=2, **LIBERO)
-    try:
-        ours = collect(venv, 8)
-    finally:
-        venv.close()
-    assert_same_data(ours, reference)
-    ends = [info for out in reference for info in out[5] if out[3].any() and "chunk_steps" in info]
-    assert sum(int(out[3].sum()) for out in reference) >= 4 and not any(out[2].any() for out in reference)
-    assert ends and all(info["chunk_steps"] == 1 for info in ends)  # the episodes ended mid-chunk
+    schedule_success(monkeypatch)
+    want = _in_own_process(_run_libero, "stock", chunk)
+    _assert_same_libero_data(_in_own_process(_run_libero, "fastenv", chunk), want)
+    # What the window covers: episodes ended by success and by the time limit, at least 2 per env.
+    terminals, truncations = np.stack([out[2] for out in want]), np.stack([out[3] for out in want])
+    assert terminals.sum() >= 1 and truncations.sum() >= 1, (terminals.sum(), truncations.sum())
+    assert ((terminals | truncations).sum(axis=0) >= 2).all(), (terminals | truncations).sum(axis=0)
+    episodes = [info for out in want for info in _episode_infos(out[5], fastenv=False)]
+    assert len(episodes) == (terminals | truncations).sum() and all(set(info) == {"episode"} for info in episodes)
+    # Negative control: each final observation shifted to the one before it, below the adapter, is caught.
+    shifted = _in_own_process(_run_libero, "fastenv", chunk, True)
+    with pytest.raises(AssertionError, match=r"recv \d+\[0\]"):  # the observations of an ending step
+        _assert_same_libero_data(shifted, want)

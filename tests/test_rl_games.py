@@ -1,7 +1,10 @@
 """rl_games through RlGamesVecEnv: its PPO collects on fastenv what it collects on its own RayVecEnv
-(rl_games' default vectorization for Gym envs) over the same envs and seeds, bit for bit, episode
-ends (terminated, truncated, mid-chunk) and time-out bootstrapping included."""
+(rl_games' default vectorization for Gym envs: one Ray actor per env) over the same envs and seeds,
+bit for bit, episode ends (terminated, truncated) and time-out bootstrapping included: on small
+envs, and on LIBERO against RayVecEnv over LIBERO's own env (chunk 1 and chunk 8), with negative
+controls."""
 
+import functools
 import os
 import sys
 
@@ -17,6 +20,7 @@ ray = need("ray")
 pytestmark = pytest.mark.xdist_group("ray")
 
 import fakes  # noqa: E402
+import stock_libero  # noqa: E402  (imported before Ray starts: its workers get the rendering variables it sets)
 import torch  # noqa: E402
 from helpers import assert_identical  # noqa: E402
 from rl_games.common import env_configurations  # noqa: E402
@@ -25,11 +29,6 @@ from rl_games_runs import ppo_params, train  # noqa: E402
 
 from fastenv.integrations.rl_games import RlGamesVecEnv, register  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
-
-# Chunks of 2 in 5-step episodes: each episode ends inside its third chunk, truncated.
-LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=["agentview_image", "robot0_proprio-state"],
-              max_episode_steps=5, flatten=True)
-
 
 class SeedOnReset(gym.Wrapper):
     """Gymnasium envs have no ``seed()``, which rl_games' ``RayWorker`` calls (``env.seed(seed + i)``)
@@ -58,26 +57,47 @@ def stock(make, wrapper=ConcatInfos):
 def register_stock_envs():
     """The reference envs under rl_games' default vectorization; also run in each Ray worker, where
     ``RayWorker`` looks its env up by name."""
-    from fastenv.envs.libero import make_env
-
     for name, creator in {
         "stock-fake": stock(fakes.FlatRandomLengthEnv),
         "stock-fake-list": stock(fakes.FlatRandomLengthEnv, SeedOnReset),
-        "stock-libero": stock(lambda: make_env(**LIBERO)),
+        "stock-libero-1": stock(functools.partial(stock_libero.make_stock, chunk=1)),  # LIBERO's own env
+        "stock-libero-8": stock(functools.partial(stock_libero.make_stock, chunk=8)),
     }.items():
         env_configurations.register(name, {"vecenv_type": "RAY", "env_creator": creator})
 
 
-@pytest.fixture(scope="module")
-def ray_session():
+def start_ray():
     ray.cloudpickle.register_pickle_by_value(fakes)  # Ray's workers do not see this folder
+    ray.cloudpickle.register_pickle_by_value(stock_libero)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     register_stock_envs()
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False,
              runtime_env={"worker_process_setup_hook": register_stock_envs})
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    start_ray()
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def ray_on_success_schedule(monkeypatch):
+    """A Ray cluster started after LIBERO's success schedule is set, so that its workers (processes
+    of the cluster, started with its environment) have it; the module's session comes back after."""
+    from stock_libero import schedule_success
+
+    was_up = ray.is_initialized()
+    ray.shutdown()
+    schedule_success(monkeypatch)
+    start_ray()
+    yield
+    ray.shutdown()
+    monkeypatch.undo()
+    if was_up:
+        start_ray()
 
 
 def close_ray_vec_env(venv):
@@ -167,15 +187,55 @@ def test_a_vector_env_in_another_autoreset_mode_is_refused():
         envs.close()
 
 
+# -- the same data as rl_games on LIBERO's own env -------------------------------------------------
+# The reference is rl_games' PPO (play_steps' experience buffer, its episode statistics, the model
+# after two epochs) on RayVecEnv over LIBERO's own env (tests/stock_libero.py), each env in a Ray actor
+# of its own, stepped one action at a time (chunk 1) or K at a time by the reference chunk loop.
+# RayVecEnv is rl_games' default for Gym envs: nothing here runs two stock envs in one process.
+HORIZON = {1: 32, 8: 6}  # two epochs: 64 simulator steps per env, or 12 chunks of 8
+
+
+def _fastenv_libero(chunk, train_dir, alter=None):
+    """PPO on fastenv's vector env through ``register``; ``alter`` wraps the vector env (below the adapter)."""
+    if alter is None:
+        register("fastenv-libero", "fastenv/Libero-v0", num_workers=2, **stock_libero.fastenv_options(chunk))
+        return train(ppo_params("fastenv-libero", 2, HORIZON[chunk], train_dir))
+
+    def make(num_envs, **kwargs):
+        return alter(gym.make_vec("fastenv/Libero-v0", num_envs=num_envs, num_workers=2, **stock_libero.fastenv_options(chunk), **kwargs))
+
+    env_configurations.register("fastenv-libero-altered", {"vecenv_type": "FASTENV", "env_creator": make})
+    register("unused", "CartPole-v1")  # registers the FASTENV vecenv type
+    return train(ppo_params("fastenv-libero-altered", 2, HORIZON[chunk], train_dir))
+
+
+def _stock_view(run):
+    """A run on fastenv with the info keys LIBERO's own env does not give set aside
+    (``stock_libero.FASTENV_INFO_KEYS``; rl_games' PPO reads ``time_outs`` and ``scores`` of them)."""
+    rollouts, log, stats = run
+    log = [(call[0], call[1], (*call[2][:3], stock_libero.stock_info(call[2][3]))) if call[0] == "step" else call for call in log]
+    return rollouts, log, stats
+
+
 @pytest.mark.libero
 @pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
-def test_ppo_on_libero_collects_what_it_collects_on_rl_games_ray_vec_env(ray_session, tmp_path):
-    ref = train(ppo_params("stock-libero", 2, 8, tmp_path / "ref"), close_ray_vec_env)
-    register("fastenv-libero", "fastenv/Libero-v0", num_workers=2, **LIBERO)
-    ours = train(ppo_params("fastenv-libero", 2, 8, tmp_path / "ours"))
-    assert_same_training(ours, ref)
-    log = ref[1]
-    assert ended(log, "time_outs") >= 4 and ended(log, "dones") == ended(log, "time_outs")
-    chunk_steps = [out[3]["chunk_steps"][out[2]] for _, _, out in (call for call in log if call[0] == "step")]
-    assert (np.concatenate(chunk_steps) == 1).all()  # the episodes ended mid-chunk
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_ppo_on_libero_collects_what_it_collects_on_ray_vec_env_over_stock_libero(chunk, ray_on_success_schedule, tmp_path):
+    """What PPO's ``play_steps`` puts in its experience buffer over two epochs (observations, actions,
+    rewards with the time-out bootstrap, dones, values, log-probabilities, means, sigmas) and its
+    returns, every reset and step result it sees (infos: ``time_outs``; fastenv's own keys set aside),
+    its episode statistics and the model after training: on fastenv what they are on RayVecEnv over
+    LIBERO's own env, chunk 1 and chunk 8, bit for bit."""
+    want = train(ppo_params(f"stock-libero-{chunk}", 2, HORIZON[chunk], tmp_path / "ref"), close_ray_vec_env)
+    assert_same_training(_stock_view(_fastenv_libero(chunk, tmp_path / "ours")), want)
+    # What the window covers: episodes ended by success and by the time limit, at least 2 per env.
+    steps = [call[2] for call in want[1] if call[0] == "step"]
+    dones = np.stack([out[2] for out in steps])
+    time_outs = np.stack([out[3]["time_outs"] for out in steps])
+    assert (dones & ~time_outs).sum() >= 1 and time_outs.sum() >= 1, ((dones & ~time_outs).sum(), time_outs.sum())
+    assert (dones.sum(axis=0) >= 2).all() and want[2]["games"] == dones.sum(), (dones.sum(axis=0), want[2]["games"])
+    # Negative control: one reward of one env altered by 1e-6, below the adapter, is caught.
+    altered = _fastenv_libero(chunk, tmp_path / "altered", alter=lambda v: fakes.AlteredReward(v, call=5, index=1, by=1e-6))
+    with pytest.raises(AssertionError, match=r"call \d+ \(step\)\[2\]\[1\]"):  # the step's rewards
+        assert_same_training(_stock_view(altered), want)

@@ -1,14 +1,18 @@
 """SBX (Stable-Baselines3 in JAX) on fastenv's SB3VecEnv: PPO's rollout buffer holds the same data as
-on SB3's default vectorization, PPO on LIBERO.
+on SB3's own vectorization, on small test envs and on LIBERO's own env.
 
-The reference is what SBX builds from an env id or constructor, as SB3 does: ``make_vec_env``'s
-``DummyVecEnv`` over single envs, each in a ``Monitor``. fastenv reaches SBX unchanged, through
+On the small test envs the reference is what SBX builds from an env id or constructor, as SB3 does:
+``make_vec_env``'s ``DummyVecEnv`` over single envs, each in a ``Monitor``. On LIBERO it is SB3's
+``SubprocVecEnv`` (spawn) over LIBERO's own env (``tests/stock_libero.py``), each stock env in a
+process of its own, at chunk 1 and through a reference chunk loop at chunk 8 (the LIBERO test says
+why not ``DummyVecEnv``), with a negative control. fastenv reaches SBX unchanged, through
 ``fastenv.integrations.sb3`` (``SB3VecEnv`` over a ``SAME_STEP`` vector env, its ``VecMonitor``). The
 same seed (``PPO(seed=...)``: SB3's seeds, SBX's JAX key, ``env.seed``) gives the same sampled actions
 where the observations are the same, so the data is compared exactly: what each step returns
 (observations, rewards, dones, terminal observations), what PPO adds to its buffer (rewards after
 its time-limit bootstrap from V(terminal observation), episode starts, values, log-probabilities),
-the returns and advantages of each rollout, and the episodes it logs.
+the returns and advantages of each rollout, and the episodes it logs; on LIBERO also the
+parameters after learning.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from helpers import need
 need("sbx")
 
 from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
+from helpers import assert_same  # noqa: E402
 from sbx import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env  # noqa: E402
 
 import fastenv  # noqa: E402
-from fastenv.integrations.sb3 import RolloutBuffer, SB3VecEnv, VecMonitor, make_vec_env  # noqa: E402
+from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, SB3VecEnv, VecMonitor  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 from fastenv.wrappers import FlattenActionChunk  # noqa: E402
 
@@ -59,8 +64,9 @@ class Recorder(BaseCallback):
         return True
 
 
-def train(venv, *, rollouts: int = 2, n_steps: int = N_STEPS, **kwargs) -> dict[str, np.ndarray]:
-    """SBX's PPO trained on ``venv`` (a VecEnv, closed after) for ``rollouts`` rollouts; what it collected, stacked over steps."""
+def train(venv, *, rollouts: int = 2, n_steps: int = N_STEPS, parameters: bool = False, **kwargs) -> dict[str, np.ndarray]:
+    """SBX's PPO trained on ``venv`` (a VecEnv, closed after) for ``rollouts`` rollouts; what it collected, stacked over steps
+    (and with ``parameters``, the actor's and critic's after learning)."""
     model = PPO("MlpPolicy", venv, n_steps=n_steps, batch_size=n_steps * venv.num_envs // 2, n_epochs=1, seed=SEED, **kwargs)
     buffer = model.rollout_buffer
     added: list[dict[str, np.ndarray]] = []
@@ -78,14 +84,20 @@ def train(venv, *, rollouts: int = 2, n_steps: int = N_STEPS, **kwargs) -> dict[
 
     buffer.add, buffer.compute_returns_and_advantage = record_add, record_compute
     recorder = Recorder()
+    callbacks = [recorder] + ([RestartMarksCallback()] if kwargs.get("rollout_buffer_class") is RolloutBuffer else [])
     try:
-        model.learn(total_timesteps=rollouts * n_steps * venv.num_envs, callback=recorder)
+        model.learn(total_timesteps=rollouts * n_steps * venv.num_envs, callback=callbacks)
     finally:
         venv.close()
     data = {k: np.stack([a[k] for a in added]) for k in BUFFER}
     data.update({k: np.stack([s[k] for s in recorder.steps]) for k in recorder.steps[0]})
     data.update({k: np.stack([f[k] for f in finished]) for k in finished[0]})
     data["episodes"] = np.array([(info["r"], info["l"]) for info in model.ep_info_buffer])  # what it logs
+    if parameters:
+        import jax
+
+        data["parameters"] = tuple(np.asarray(leaf) for state in (model.policy.actor_state, model.policy.vf_state)
+                                   for leaf in jax.tree_util.tree_leaves(state.params))
     return data
 
 
@@ -130,14 +142,68 @@ def test_a_shifted_final_observation_is_caught(sb3_default_data):
         assert_same_data(got, sb3_default_data)
 
 
+# -- the same data as SBX on LIBERO's own env ------------------------------------------------------
+# The reference is SBX's PPO on SB3's vectorization of LIBERO's own env with each env in a process of its
+# own (SubprocVecEnv, spawn, each env in a Monitor), stepped one action at a time (chunk 1) or K at a time
+# by the reference chunk loop (tests/stock_libero.py); fastenv's side is the same PPO on fastenv's vector
+# env through SB3VecEnv and fastenv's VecMonitor, with fastenv's RolloutBuffer, as the docs train.
+
+LIBERO_N_STEPS = {1: 32, 8: 6}  # two rollouts: 64 or 96 simulator steps per env, 3 to 5 episodes each
+
+
+def _stock_sbx(chunk: int) -> dict[str, np.ndarray]:
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+    from stock_libero import make_stock
+
+    venv = sb3_make_vec_env(functools.partial(make_stock, chunk=chunk), n_envs=2, vec_env_cls=SubprocVecEnv,
+                            vec_env_kwargs={"start_method": "spawn"})
+    return train(venv, n_steps=LIBERO_N_STEPS[chunk], parameters=True)
+
+
+def _fastenv_sbx(chunk: int, alter=None) -> dict[str, np.ndarray]:
+    from stock_libero import fastenv_options
+
+    vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))
+    venv = VecMonitor(SB3VecEnv(vector if alter is None else alter(vector)))
+    return train(venv, n_steps=LIBERO_N_STEPS[chunk], parameters=True, rollout_buffer_class=RolloutBuffer)
+
+
+def _assert_same_libero_data(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    # SB3's SubprocVecEnv returns its envs' rewards stacked as they came (Python floats: float64); its
+    # DummyVecEnv, and SB3VecEnv as it, return float32. PPO adds either to its float32 rollout buffer
+    # (after the time-out bootstrap): they are compared as the buffer holds them.
+    rewards = ("step.rewards", "rewards")
+    assert [(want[k].dtype, got[k].dtype) for k in rewards] == [(np.float64, np.float32)] * 2
+    want = {**want, **{k: want[k].astype(np.float32) for k in rewards}}
+    assert_same_data({k: v for k, v in got.items() if k != "parameters"}, {k: v for k, v in want.items() if k != "parameters"})
+    # LIBERO's rewards are 0 or 1: the Monitor's rounding leaves its returns exact
+    assert want["episodes"].dtype == got["episodes"].dtype and np.array_equal(got["episodes"], want["episodes"]), "episodes logged"
+    assert [p.dtype for p in got["parameters"]] == [p.dtype for p in want["parameters"]]
+    assert_same(got["parameters"], want["parameters"], "parameters after learning")
+
+
 @pytest.mark.libero
 @pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
-def test_ppo_rollout_buffer_on_fastenvs_libero_is_the_data_on_dummy_vec_env():
-    # LIBERO in chunks of 8, 20-step episodes: each ends (truncated) 4 steps into its third chunk.
-    options = {"chunk": 8, "camera_size": 32, "max_episode_steps": 20, "flatten": True, "modalities": ["robot0_proprio-state", "object-state"]}
-    want = train(sb3_make_vec_env(functools.partial(gym.make, "fastenv/Libero-v0", **options), n_envs=2), rollouts=1, n_steps=8)
-    # fastenv's RolloutBuffer, as the example trains with: SB3's but for worker restarts (none here)
-    got = train(make_vec_env("fastenv/Libero-v0", 2, num_workers=2, **options), rollouts=1, n_steps=8, rollout_buffer_class=RolloutBuffer)
-    assert want["step.truncated"].sum() == 2 * 2  # two episodes per env, each bootstrapping from its final observation
-    assert_same_data(got, want)
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_ppo_collects_on_fastenv_what_it_collects_on_subproc_vec_env_over_stock_libero(chunk, monkeypatch):
+    """SBX's default vectorization (SB3's ``make_vec_env``: ``DummyVecEnv``) steps its envs in one process,
+    where stock LIBERO envs are not independent: they render into whichever OpenGL context is current
+    and draw their scenes from numpy's global generator (tests/test_sb3.py::
+    test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not). So the reference is
+    SB3's multi-process vectorization, ``SubprocVecEnv``, which SBX trains on as it does on ``DummyVecEnv``.
+    """
+    from fakes import AlteredReward
+    from stock_libero import schedule_success
+
+    schedule_success(monkeypatch, after=18)  # success at step 19 or 20, if at all: about half the episodes truncate
+    want = _stock_sbx(chunk)
+    _assert_same_libero_data(_fastenv_sbx(chunk), want)
+    # What the window covers: several episodes per env, ended by success and by the time limit, the
+    # truncated ones bootstrapping from V(terminal observation).
+    dones, truncated = want["step.dones"], want["step.truncated"]
+    assert (dones.sum(axis=0) >= 2).all() and (dones & ~truncated).any() and truncated.any(), (dones.sum(axis=0), truncated.sum())
+    assert (want["rewards"] != want["step.rewards"])[truncated].all()
+    # Negative control: one reward of one env altered by 1e-6, below SB3VecEnv, is caught.
+    with pytest.raises(AssertionError, match="first difference"):
+        _assert_same_libero_data(_fastenv_sbx(chunk, alter=lambda v: AlteredReward(v, call=5, index=1, by=1e-6)), want)

@@ -1,10 +1,13 @@
-"""skrl on fastenv: PPO's memory holds the same data as on skrl's default vectorization, PPO on LIBERO.
+"""skrl on fastenv: PPO's memory holds the same data as on skrl's default vectorization and on stock LIBERO.
 
 The reference is what skrl's examples build for more than one env, ``gym.make_vec(...,
 vectorization_mode="sync")``: Gymnasium's ``SyncVectorEnv`` in its default ``NEXT_STEP``
 autoreset mode, wrapped by ``skrl.envs.wrappers.torch.wrap_env`` and trained by skrl's PPO with its
-``SequentialTrainer``. The same seeds (skrl's ``set_seed``, which also seeds the envs' first reset)
-give the same models and the same sampled actions where the observations are the same, so the
+``SequentialTrainer``. On LIBERO it is Gymnasium's ``AsyncVectorEnv`` over LIBERO's own env
+(``tests/stock_libero.py``; each stock env in a process of its own), in the same mode, at chunk 1
+and chunk 8 (the reference chunk loop), with a negative control (one reward altered). The same
+seeds (skrl's ``set_seed``, which also seeds the envs' first reset) give the same models and the
+same sampled actions where the observations are the same, so the
 data is compared exactly: what the trainer hands ``record_transition`` (observations, actions,
 rewards, next observations, terminated, truncated), what PPO puts in its memory (rewards after its
 time-limit bootstrap, values, log-probabilities) and the returns and advantages of each update.
@@ -70,15 +73,19 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def train(venv: gym.vector.VectorEnv, *, agent_class=PPO, time_limit_bootstrap: bool = False, rollouts: int = ROLLOUTS, updates: int = 2) -> dict[str, np.ndarray]:
+def train(venv: gym.vector.VectorEnv, *, agent_class=PPO, time_limit_bootstrap: bool = False, rollouts: int = ROLLOUTS, updates: int = 2,
+          track_in: str | None = None) -> dict[str, np.ndarray]:
     """skrl's PPO trained with its SequentialTrainer on ``venv``; what it recorded, stacked over steps.
-    skrl's wrapper resets ``venv`` with the seed first: a vector env serves several runs."""
+    skrl's wrapper resets ``venv`` with the seed first: a vector env serves several runs. With ``track_in``
+    (an experiment directory), also what the agent tracks for TensorBoard (its episode statistics and
+    losses; never written: the write interval is past the run), less the wall times."""
     set_seed(SEED)
     env = wrap_env(venv)
     memory = RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device=env.device)
     models = {name: cls(env.observation_space, env.state_space, env.action_space, env.device) for name, cls in (("policy", Policy), ("value", Value))}
     cfg = PPO_CFG(rollouts=rollouts, learning_epochs=1, mini_batches=2, discount_factor=0.9, time_limit_bootstrap=time_limit_bootstrap)
-    cfg.experiment.write_interval = 0
+    cfg.experiment.write_interval = 0 if track_in is None else 10 * rollouts * updates
+    cfg.experiment.directory = track_in or ""
     cfg.experiment.checkpoint_interval = 0
     agent = agent_class(models=models, memory=memory, cfg=cfg, observation_space=env.observation_space,
                         state_space=env.state_space, action_space=env.action_space, device=env.device)
@@ -108,13 +115,15 @@ def train(venv: gym.vector.VectorEnv, *, agent_class=PPO, time_limit_bootstrap: 
     trainer.train()
     data = {k: torch.stack([s[k] for s in steps]).numpy() for k in steps[0]}
     data.update({f"update.{k}": torch.stack([u[k] for u in done_updates]).numpy() for k in done_updates[0]})
+    if track_in is not None:
+        data.update({f"tracked.{k}": np.asarray(v) for k, v in agent.tracking_data.items() if not k.startswith("Stats / ")})
     return data
 
 
 def assert_same_data(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
     assert sorted(got) == sorted(want)
     for key in want:
-        assert got[key].dtype == want[key].dtype, key
+        assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
         assert np.array_equal(got[key], want[key]), f"{key}: first difference at {np.argwhere(got[key] != want[key])[:1].tolist()}"
 
 
@@ -206,18 +215,71 @@ def test_fastenvs_ppo_refuses_a_config_whose_truncations_do_not_bootstrap():
         train(stock(AutoresetMode.SAME_STEP), agent_class=fastenv_skrl.PPO, time_limit_bootstrap=False)
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
-def test_ppo_memory_on_fastenvs_libero_is_skrls_default_data():
-    # LIBERO in chunks of 8, 20-step episodes: each ends (truncated) 4 steps into its third chunk,
-    # and skrl's default data adds the step that resets it.
-    options = {"chunk": 8, "camera_size": 32, "max_episode_steps": 20, "flatten": True, "modalities": ["robot0_proprio-state", "object-state"]}
-    want = train(gym.make_vec("fastenv/Libero-v0", num_envs=2, vectorization_mode="sync", **options), rollouts=6)
-    venv = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, autoreset_mode="NextStep", **options)
+# -- the same data as skrl on LIBERO's own env ---------------------------------------------------
+# The reference is skrl's PPO with its SequentialTrainer on skrl's wrap_env over Gymnasium's
+# multi-process vector env of LIBERO's own env (AsyncVectorEnv started with spawn, each stock env in a
+# process of its own) in the autoreset mode skrl's examples run in, NEXT_STEP (Gymnasium's default),
+# stepped one action at a time (chunk 1) or K at a time by the reference chunk loop (tests/stock_libero.py);
+# fastenv's side is the same on gym.make_vec("fastenv/Libero-v0", ..., autoreset_mode="NextStep"). Each
+# side runs in a fresh process: AsyncVectorEnv builds a stock env in the calling process to read its spaces.
+
+LIBERO_ROLLOUTS = {1: 32, 8: 6}  # steps per env and update, two updates: 64 or 96 simulator steps per env at most
+
+
+def _train_on_libero(side: str, chunk: int, directory: str) -> dict[str, np.ndarray]:
+    import functools
+
+    from fakes import AlteredReward
+    from stock_libero import fastenv_options, make_stock
+
+    if side == "stock":
+        venv = gym.vector.AsyncVectorEnv([functools.partial(make_stock, chunk=chunk)] * 2, context="spawn")
+        assert venv.autoreset_mode == AutoresetMode.NEXT_STEP
+    else:
+        venv = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, autoreset_mode="NextStep", **fastenv_options(chunk))
+        if side == "fastenv-altered":  # below skrl's wrapper: one reward of one env off by 1e-6
+            venv = AlteredReward(venv, call=5, index=1, by=1e-6)
     try:
-        got = train(venv, rollouts=6)
+        return train(venv, rollouts=LIBERO_ROLLOUTS[chunk], track_in=directory)
     finally:
         venv.close()
-    assert want["truncated"].sum() == 3 * 2  # three episodes per env, at steps 3, 7 and 11
-    assert_same_data(got, want)
+
+
+def _in_fresh_process(side: str, chunk: int, directory: str) -> dict[str, np.ndarray]:
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_train_on_libero, side, chunk, directory).result()
+
+
+@pytest.mark.libero
+@pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_ppo_memory_on_fastenv_is_its_memory_on_async_vector_env_over_stock_libero(chunk, monkeypatch, tmp_path):
+    """skrl's examples vectorize with ``gym.make_vec(..., vectorization_mode="sync")``, Gymnasium's
+    SyncVectorEnv, which steps its envs in one process, where stock LIBERO envs are not independent: they
+    render into whichever OpenGL context is current and draw their scenes from numpy's global generator
+    (tests/test_sb3.py::test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not).
+    So the reference is Gymnasium's multi-process vector env, AsyncVectorEnv, in the same autoreset mode
+    (NEXT_STEP), under the same skrl wrapper, trainer and agent. Compared bit for bit, dtypes too: what
+    the trainer hands the agent at every step (observations, actions, rewards, next observations,
+    terminated, truncated; the step after each episode's end is the one NEXT_STEP invents), what PPO
+    stores (values, log-probabilities, rewards after its time-limit bootstrap), the returns and
+    advantages of each update, and what the agent tracks for TensorBoard (episode returns and lengths,
+    its losses and the policy's standard deviation after each update).
+    """
+    from stock_libero import schedule_success
+
+    schedule_success(monkeypatch)
+    want = _in_fresh_process("stock", chunk, str(tmp_path / "stock"))
+    assert_same_data(_in_fresh_process("fastenv", chunk, str(tmp_path / "fastenv")), want)
+    # What the window covers: several episodes per env, ended by success and by the time limit, and
+    # the episode statistics and losses skrl tracks.
+    ended = (want["terminated"] | want["truncated"])[..., 0]
+    assert (ended.sum(0) >= 2).all() and want["terminated"].any() and want["truncated"].any(), ended.sum(0)
+    assert len(want["tracked.Reward / Total reward (mean)"]) and len(want["tracked.Loss / Value loss"]) == 2
+    # Negative control: one reward of one env altered by 1e-6, below skrl's wrapper, is caught.
+    with pytest.raises(AssertionError, match="first difference"):
+        assert_same_data(_in_fresh_process("fastenv-altered", chunk, str(tmp_path / "altered")), want)

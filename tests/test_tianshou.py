@@ -1,19 +1,30 @@
 """Tianshou through TianshouVectorEnv: its Collector gathers on fastenv what it gathers on Tianshou's
-own DummyVectorEnv over the same envs and seeds, episode ends (mid-chunk, truncated) included."""
+own DummyVectorEnv over the same small envs and seeds, episode ends (mid-chunk, truncated) included;
+on LIBERO, with PPO's updates, what it gathers on SubprocVectorEnv over LIBERO's own env, chunk 1
+and chunk 8, with a negative control."""
 
 import functools
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("tianshou")
 
+import torch  # noqa: E402
 from fakes import RandomLengthEnv  # noqa: E402
 from helpers import assert_identical  # noqa: E402
-from tianshou.algorithm.algorithm_base import Policy, RandomActionPolicy  # noqa: E402
+from tianshou.algorithm import PPO  # noqa: E402
+from tianshou.algorithm.algorithm_base import RandomActionPolicy  # noqa: E402
+from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy  # noqa: E402
+from tianshou.algorithm.optim import AdamOptimizerFactory  # noqa: E402
 from tianshou.data import Batch, Collector, VectorReplayBuffer  # noqa: E402
 from tianshou.env import DummyVectorEnv  # noqa: E402
+from tianshou.utils.net.common import Net  # noqa: E402
+from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic  # noqa: E402
+from tianshou.utils.torch_utils import policy_within_training_step  # noqa: E402
+from torch.distributions import Independent, Normal  # noqa: E402
 
 from fastenv.integrations.tianshou import TianshouVectorEnv  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
@@ -43,18 +54,6 @@ def recorded(venv):
 
     venv.reset, venv.step = logged_reset, logged_step
     return venv
-
-
-class SeededPolicy(Policy):
-    """Uniform actions in [-1, 1] of ``shape`` from one seeded generator: the same actions on every
-    vector env that is stepped the same way."""
-
-    def __init__(self, space, seed=0):
-        super().__init__(action_space=space)
-        self.rng = np.random.default_rng(seed)
-
-    def forward(self, batch, state=None, **kwargs):
-        return Batch(act=self.rng.uniform(-1, 1, (len(batch.obs), *self.action_space.shape)).astype(np.float32), state=state)
 
 
 def collect(venv, plan, seed=3, policy=None):
@@ -162,36 +161,128 @@ def test_attributes_reach_the_envs_as_tianshous_workers_read_them():
         venv.close()
 
 
-# -- LIBERO -----------------------------------------------------------------------------------
-# Chunks of 2 in 5-step episodes: each episode ends inside its third chunk, truncated.
-LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=["agentview_image", "robot0_proprio-state"], max_episode_steps=5)
+# -- the same data as Tianshou on LIBERO's own env ------------------------------------------------
+# The reference is Tianshou's collector (Collector.collect(n_step=...), its collect statistics, PPO's
+# update between collections, as its on-policy trainer runs them) on Tianshou's SubprocVectorEnv over
+# LIBERO's own env (tests/stock_libero.py), each env in a process of its own, started with spawn (a
+# fork after the pytest process built an env that rendered deadlocks), stepped one action at a time
+# (chunk 1) or K at a time by the reference chunk loop. Not DummyVectorEnv, Tianshou's default: it
+# steps its envs in one process, where stock LIBERO envs are not independent (they render into
+# whichever OpenGL context is current and place their scenes with numpy's global generator:
+# tests/test_sb3.py::test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not).
+# fastenv's side is the same collector and PPO on TianshouVectorEnv over fastenv's vector env.
+
+
+def _normal(loc_scale):
+    loc, scale = loc_scale
+    return Independent(Normal(loc, scale), 1)
+
+
+def _ppo(obs_dim, act_dim):
+    """Tianshou's PPO (its MuJoCo examples' Gaussian actor and critic, 16 units), seeded: its
+    parameters and action samples from torch's generator, its minibatches from numpy's."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    actor = ContinuousActorProbabilistic(preprocess_net=Net(state_shape=(obs_dim,), hidden_sizes=[16], activation=torch.nn.Tanh),
+                                         action_shape=(act_dim,), unbounded=True)
+    critic = ContinuousCritic(preprocess_net=Net(state_shape=(obs_dim,), hidden_sizes=[16], activation=torch.nn.Tanh))
+    policy = ProbabilisticActorPolicy(actor=actor, dist_fn=_normal, action_scaling=True, action_bound_method="clip",
+                                      action_space=gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32))
+    return PPO(policy=policy, critic=critic, optim=AdamOptimizerFactory(lr=1e-3))
+
+
+def _train(venv, chunk):
+    """Two rounds of Tianshou's on-policy training step (``OnPolicyTrainer``'s): collect n steps,
+    update PPO on the buffer, clear it. Returns each round's buffer and collect statistics, every reset and step result the
+    collector saw, and PPO's parameters after the second update."""
+    n_step = 64 if chunk == 1 else 12  # a round: 32 simulator steps per env, or 6 chunks of 8
+    venv = recorded(venv)
+    try:
+        venv.seed(3)
+        algorithm = _ppo(int(venv.observation_space[0].shape[0]), 7 * chunk)
+        collector = Collector(algorithm, venv, VectorReplayBuffer(2 * n_step, len(venv)))
+        collector.reset()
+        rounds = []
+        for _ in range(2):
+            with policy_within_training_step(algorithm.policy):  # as the trainer's training step
+                s = collector.collect(n_step=n_step)
+                buffer = collector.buffer
+                rounds.append({"buffer": plain(buffer[buffer.sample_indices(0)]),
+                               "stats": {"returns": s.returns, "lens": s.lens, "n_collected_steps": s.n_collected_steps,
+                                         "n_collected_episodes": s.n_collected_episodes}})
+                algorithm.update(buffer=buffer, batch_size=n_step // 2, repeat=1)
+                collector.reset_buffer(keep_statistics=True)
+        return rounds, venv.log, tuple(p.detach().numpy().copy() for p in algorithm.parameters())
+    finally:
+        venv.close()
+
+
+def _stock_tianshou(chunk):
+    from stock_libero import make_stock
+    from tianshou.env import SubprocVectorEnv
+
+    return _train(SubprocVectorEnv([functools.partial(make_stock, chunk=chunk)] * 2, context="spawn"), chunk)
+
+
+def _fastenv_tianshou(chunk, alter=None):
+    from stock_libero import fastenv_options
+
+    vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))
+    return _train(TianshouVectorEnv(vector if alter is None else alter(vector)), chunk)
+
+
+def _stock_view(value):
+    """fastenv's infos (in reset and step results, object arrays of dicts) less the keys LIBERO's own
+    env does not give (``stock_libero.FASTENV_INFO_KEYS``)."""
+    from stock_libero import stock_info
+
+    if isinstance(value, tuple):
+        return tuple(_stock_view(item) for item in value)
+    if isinstance(value, np.ndarray) and value.dtype == object and value.size and isinstance(value.flat[0], dict):
+        return np.array([stock_info(info) for info in value])
+    return value
+
+
+def _assert_same_training(ours, ref):
+    from stock_libero import stock_info
+
+    (rounds, log, parameters), (ref_rounds, ref_log, ref_parameters) = ours, ref
+    assert len(log) == len(ref_log), f"{len(log)} calls != {len(ref_log)}"
+    for t, (call, ref_call) in enumerate(zip(log, ref_log)):
+        assert_identical(_stock_view(call), ref_call, f"call {t} ({ref_call[0]})", loose_scalars=True)
+    assert len(rounds) == len(ref_rounds) == 2
+    for r, (got, want) in enumerate(zip(rounds, ref_rounds)):
+        assert_identical(got["stats"], want["stats"], f"round {r}: stats")
+        buffer = {**got["buffer"], "info": stock_info(got["buffer"]["info"])}
+        assert_identical(buffer, want["buffer"], f"round {r}: buffer", loose_scalars=True)
+    assert_identical(parameters, ref_parameters, "parameters after the updates")
 
 
 @pytest.mark.libero
 @pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
-def test_the_collector_on_libero_gathers_what_it_gathers_on_tianshous_dummy_vector_env():
-    import gymnasium as gym
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_the_collector_on_libero_gathers_what_it_gathers_on_subproc_vector_env_over_stock_libero(chunk, monkeypatch):
+    """Every reset and step result Tianshou's collector sees, its replay buffer (observations,
+    actions, rewards, terminated, truncated, obs_next: an ended episode's final observation, infos,
+    the policy's log-probabilities), its collect statistics (episode returns and lengths) and PPO's
+    parameters after two updates: on fastenv what they are on SubprocVectorEnv over LIBERO's own env,
+    chunk 1 and chunk 8, bit for bit; fastenv's own info keys (``stock_libero.FASTENV_INFO_KEYS``)
+    set aside. Not against DummyVectorEnv, Tianshou's default: stock LIBERO envs in one process draw
+    each other's scenes (see the comment above)."""
+    from fakes import ShiftedFinalObservation
+    from stock_libero import schedule_success
 
-    from fastenv.envs.libero import make_env
-
-    # Actions from a seeded policy: Tianshou's own vector envs report the action space of
-    # env.unwrapped, the simulator's 7-D one, not the chunk space the env takes.
-    plan = [{"n_step": 8}, {"n_episode": 2}]
-    ref = DummyVectorEnv([functools.partial(make_env, **LIBERO)] * 2)
-    space = gym.spaces.Box(-1, 1, (2, 7), np.float32)
-    try:
-        reference = collect(ref, plan, policy=SeededPolicy(space))
-    finally:
-        ref.close()
-    venv = TianshouVectorEnv(gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **LIBERO))
-    try:
-        assert venv.action_space[0] == space
-        ours = collect(venv, plan, policy=SeededPolicy(space))
-    finally:
-        venv.close()
-    assert_same_collection(ours, reference)
-    buffer = reference[0]
-    ends = buffer["truncated"]
-    assert ends.sum() >= 4 and not buffer["terminated"].any()
-    assert (buffer["info"]["chunk_steps"][ends] == 1).all()  # the episodes ended mid-chunk
+    schedule_success(monkeypatch)
+    want = _stock_tianshou(chunk)
+    _assert_same_training(_fastenv_tianshou(chunk), want)
+    # What the window covers: episodes ended by success and by the time limit, at least 2 per env.
+    buffers = [r["buffer"] for r in want[0]]
+    terminated = np.concatenate([b["terminated"] for b in buffers])
+    truncated = np.concatenate([b["truncated"] for b in buffers])
+    env_ids = np.concatenate([b["info"]["env_id"] for b in buffers])
+    assert terminated.sum() >= 1 and truncated.sum() >= 1, (terminated.sum(), truncated.sum())
+    assert all(((terminated | truncated) & (env_ids == i)).sum() >= 2 for i in range(2)), env_ids[terminated | truncated]
+    # Negative control: each final observation shifted to the one before it, below the adapter, is caught.
+    with pytest.raises(AssertionError, match=r"call \d+ \(step\)\[2\]\[0\]"):  # a step's observations
+        _assert_same_training(_fastenv_tianshou(chunk, alter=ShiftedFinalObservation), want)

@@ -1,9 +1,12 @@
-"""TorchRL on fastenv: a collector gathers the same data as on TorchRL's own SerialEnv, PPO on LIBERO.
+"""TorchRL on fastenv: a collector gathers the same data as on TorchRL's own vectorization of the envs.
 
-The reference is TorchRL's default vectorization of single envs, ``SerialEnv`` over one
-``GymWrapper`` per env (each seeded as the vector env seeds it: seed + i), which resets each env
-itself when its episode ends. fastenv's vector env reaches TorchRL through
-``fastenv.integrations.torchrl`` (``ResetOnRequest``: TorchRL's ``DISABLED`` autoreset mode).
+On random-length episodes the reference is TorchRL's default vectorization of single envs,
+``SerialEnv`` over one ``GymWrapper`` per env (each seeded as the vector env seeds it: seed + i),
+which resets each env itself when its episode ends. On LIBERO it is ``ParallelEnv`` over LIBERO's
+own env (``tests/stock_libero.py``), each in a process of its own, at chunk 1 and chunk 8 (the
+reference chunk loop). Negative controls: a shifted final observation, one LIBERO reward altered.
+fastenv's vector env reaches TorchRL through ``fastenv.integrations.torchrl`` (``ResetOnRequest``:
+TorchRL's ``DISABLED`` autoreset mode).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch  # noqa: E402
 from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
 from helpers import assert_same  # noqa: E402
 from torchrl.collectors import Collector  # noqa: E402
-from torchrl.envs import Compose, GymWrapper, RewardSum, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
+from torchrl.envs import Compose, GymWrapper, ParallelEnv, RewardSum, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 
 import fastenv  # noqa: E402
 from fastenv.core.arrays import get_row  # noqa: E402
@@ -160,34 +163,100 @@ def test_only_a_same_step_vector_env_is_taken():
         ResetOnRequest(envs)
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization", keep=2)
-def test_a_collector_gathers_the_same_libero_data_as_on_serial_env():
-    # LIBERO in chunks of 8, 20-step episodes: each ends (truncated) 4 steps into its third chunk.
-    options = {"chunk": 8, "camera_size": 32, "max_episode_steps": 20, "flatten": True, "modalities": ["robot0_proprio-state", "object-state"]}
+# -- the same data as TorchRL on LIBERO's own env ------------------------------------------------
+# The reference is TorchRL's Collector, with StepCounter and RewardSum, on TorchRL's multi-process
+# vectorization of LIBERO's own env (ParallelEnv over GymWrapper(make_stock(...)): each stock env in a
+# process of its own), stepped one action at a time (chunk 1) or K at a time by the reference chunk loop
+# (tests/stock_libero.py); fastenv's side is the same Collector on fastenv.integrations.torchrl.make_env.
 
-    def libero_policy(td):
-        x = td["observation"].sum(-1, keepdim=True)
-        td["action"] = torch.tanh(torch.sin(x * torch.linspace(-3.0, 3.0, 8 * 7)))  # flat: 8 sub-actions of 7
+LIBERO_SEED = 3
+LIBERO_FRAMES = {1: 40, 8: 6}  # env steps per env and batch, two batches: 80 or 96 simulator steps per env
+
+
+def _libero_policy(chunk: int):
+    """Deterministic flat actions (``chunk`` sub-actions of 7) from the observation."""
+    scale = torch.linspace(-3.0, 3.0, 7 * chunk)
+
+    def policy(td):
+        x = td["observation"].sum(-1, keepdim=True) * 1e-3
+        td["action"] = torch.tanh(torch.sin(x * scale))
         return td
 
-    def gather(env):
-        collector = Collector(env, libero_policy, frames_per_batch=12, total_frames=12)
-        batch = next(iter(collector))
-        collector.shutdown()
-        return {k: v.numpy().copy() for k, v in batch.flatten_keys(".").items()}
+    return policy
 
-    make = functools.partial(gym.make, "fastenv/Libero-v0", **options)
-    want = gather(stock(make, 2, 3))
-    env = make_env("fastenv/Libero-v0", 2, num_workers=2, **options)
-    env.set_seed(3)  # TorchRL seeds a vector env as reset(seed=3): env i gets 3 + i
+
+def _collect_libero(env, chunk: int) -> list[dict[str, np.ndarray]]:
+    frames = 2 * LIBERO_FRAMES[chunk]
+    collector = Collector(with_stats(env), _libero_policy(chunk), frames_per_batch=frames, total_frames=2 * frames)
     try:
-        got = gather(env)
+        return [{k: v.numpy().copy() for k, v in batch.flatten_keys(".").items()} for batch in collector]
     finally:
-        env.close()
-    assert want["next.truncated"].sum() == 2 * 2  # two episodes per env, each bootstrapping from its final observation
-    assert sorted(got) == sorted(want)
-    for key in want:
-        assert got[key].dtype == want[key].dtype, key
-        assert_same(got[key], want[key], key)
+        collector.shutdown()
+
+
+def _stock_torchrl(chunk: int) -> list[dict[str, np.ndarray]]:
+    from stock_libero import make_stock
+
+    # Each stock env seeded as reset(seed=LIBERO_SEED) seeds a vector env. metadata_from_workers: the
+    # specs come from the workers, so no LIBERO env is built in this process (by default ParallelEnv
+    # builds one here to read them).
+    env = ParallelEnv(2, functools.partial(_stock_env, functools.partial(make_stock, chunk=chunk)),
+                      create_env_kwargs=[{"seed": LIBERO_SEED + i} for i in range(2)], mp_start_method="spawn",
+                      metadata_from_workers=True)
+    try:
+        return _collect_libero(env, chunk)
+    finally:
+        env.close(raise_if_closed=False)  # (the collector's shutdown closes it)
+
+
+def _fastenv_torchrl(chunk: int, alter=None) -> list[dict[str, np.ndarray]]:
+    from stock_libero import fastenv_options
+
+    if alter is None:
+        env = make_env("fastenv/Libero-v0", 2, num_workers=2, **fastenv_options(chunk))
+    else:  # the deliberately wrong vector env below TorchRL's adapter
+        env = wrap(alter(gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))))
+    env.set_seed(LIBERO_SEED)  # TorchRL seeds a vector env as reset(seed=LIBERO_SEED): env i gets LIBERO_SEED + i
+    try:
+        return _collect_libero(env, chunk)
+    finally:
+        env.close(raise_if_closed=False)
+
+
+def _assert_same_libero_collection(got: list[dict[str, np.ndarray]], want: list[dict[str, np.ndarray]]) -> None:
+    assert len(got) == len(want) == 2
+    for b, (g, w) in enumerate(zip(got, want)):
+        assert sorted(g) == sorted(w), f"batch {b}: keys"
+        for key in w:
+            assert g[key].dtype == w[key].dtype, f"batch {b}: {key} dtype"
+            assert_same(g[key], w[key], f"batch {b}: {key}")
+
+
+@pytest.mark.libero
+@pytest.mark.big_memory
+@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_a_collector_gathers_on_fastenv_what_it_gathers_on_parallel_env_over_stock_libero(chunk, monkeypatch):
+    """TorchRL's default vectorization of N envs, ``SerialEnv``, steps them in one process, where stock
+    LIBERO envs are not independent: they render into whichever OpenGL context is current and draw their
+    scenes from numpy's global generator (tests/test_sb3.py::
+    test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not). So the reference is
+    TorchRL's multi-process one, ``ParallelEnv`` (started with spawn), which gives each stock env a process
+    of its own. Compared bit for bit, dtypes too: everything the Collector gathers (observations, actions,
+    rewards, done/terminated/truncated, the final observation in ("next", "observation"), StepCounter's
+    and RewardSum's episode statistics, trajectory ids).
+    """
+    from fakes import AlteredReward
+    from stock_libero import schedule_success
+
+    schedule_success(monkeypatch)
+    want = _stock_torchrl(chunk)
+    _assert_same_libero_collection(_fastenv_torchrl(chunk), want)
+    # What the window covers: several episodes per env, ended by success and by the time limit.
+    data = {k: np.concatenate([b[k] for b in want], axis=1) for k in want[0]}
+    ended = data["next.done"][..., 0]
+    assert (ended.sum(1) >= 2).all(), ended.sum(1)
+    assert data["next.terminated"].any() and data["next.truncated"].any()
+    # Negative control: one reward of one env altered by 1e-6, below TorchRL's adapter, is caught.
+    with pytest.raises(AssertionError):
+        _assert_same_libero_collection(_fastenv_torchrl(chunk, alter=lambda v: AlteredReward(v, call=5, index=1, by=1e-6)), want)

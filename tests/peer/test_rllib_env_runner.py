@@ -11,7 +11,9 @@ Differences from RLlib's tests:
   ``CartPoleVectorEnv``; here the envs are small test envs (random-length episodes in flat chunks
   of 3, a fixed-length countdown) in fastenv's workers, so that episode ends fall inside chunks.
 * RLlib checks a tune-registered id, a class and a Gymnasium id as ways to name the env; fastenv's
-  vector env comes through a creator (``env_creator``), the way RLlib takes an env of one's own.
+  vector env comes through a creator (``env_creator`` over a callable), the way RLlib takes an env of
+  one's own; ``env_creator`` over a Gymnasium id, and the id with NEXT_STEP in ``env_config``, are
+  tests/test_rllib.py's.
 * RLlib's tests sample with ``random_actions=True``; so do these (the action space's batch sample).
 * ``test_step_failed_reset_required`` (``restart_failed_sub_environments``) is left out: a worker
   fastenv restarts reports an invented transition in the step (docs/vector.md), not an exception.
@@ -54,7 +56,8 @@ def countdown(env_config: dict) -> gym.Env:
 
 def make_config(make_env=chunked_random_env, env_config=None, num_workers=1, **env_runners) -> AlgorithmConfig:
     options = {"num_envs_per_env_runner": N, "rollout_fragment_length": FRAGMENT, "gym_env_vectorize_mode": "vector_entry_point", **env_runners}
-    config = AlgorithmConfig().environment(env_creator(make_env, num_workers=num_workers), env_config=env_config or {})
+    vector = {} if num_workers is None else {"num_workers": num_workers}  # None: RLlib's own vectorization, which takes none
+    config = AlgorithmConfig().environment(env_creator(make_env, **vector), env_config=env_config or {})
     return config.env_runners(**options).debugging(seed=0)  # seeded resets: the same episode lengths each run
 
 
@@ -139,7 +142,7 @@ def callback_counts(mode: str, make_env=countdown) -> tuple[dict[str, int], list
             calls[name] += 1
         return callback
 
-    config = make_config(make_env, gym_env_vectorize_mode=mode).callbacks(
+    config = make_config(make_env, num_workers=None if mode == "sync" else 1, gym_env_vectorize_mode=mode).callbacks(
         on_episode_created=count("created"), on_episode_start=count("started"), on_episode_end=count("ended"),
     )
     runner = SingleAgentEnvRunner(config=config)

@@ -24,7 +24,8 @@ backend hands on is PufferLib's own convention:
 
 ``PufferVecEnv`` gives a fastenv vector env in NEXT_STEP mode exactly that interface, so what
 PufferLib collects on it equals what it collects with ``pufferlib.vector.make(GymnasiumPufferEnv
-creators, backend=Serial or Multiprocessing)`` over the same envs, seeds and actions::
+creators, backend=Serial or Multiprocessing)`` over the same envs, seeds and actions; on LIBERO,
+``Multiprocessing`` over LIBERO's own env, chunk 1 and chunk 8 (``tests/test_pufferlib.py``)::
 
     envs = make("fastenv/Libero-v0", 8, num_workers=2, chunk=8, camera_size=64, flatten=True)
     envs.async_reset(seed=0)

@@ -9,7 +9,8 @@ default). That is fastenv's SAME_STEP autoreset, so ``RlGamesVecEnv`` hands the 
 comes and only reshapes it: the per-env infos are the step's own (``final_info`` for an ended
 env), marked ``time_outs``, and batched as rl_games' ``RayVecEnv`` batches its workers' infos
 for an env that opts in (``concat_infos``). What PPO collects is then what it collects on
-``RayVecEnv`` over the same envs and seeds::
+``RayVecEnv`` over the same envs and seeds, on LIBERO over LIBERO's own env too, chunk 1 and chunk 8
+(``tests/test_rl_games.py``)::
 
     register("libero", "fastenv/Libero-v0", num_workers=2, chunk=8, camera_size=64, flatten=True)
     # rl_games config: env_name: libero, num_actors: 8 (the vector env's num_envs)

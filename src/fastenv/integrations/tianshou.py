@@ -7,7 +7,10 @@ vector env resets an ended env in the same step and hands the final observation 
 ``infos["final_obs"]``. ``TianshouVectorEnv`` gives the Collector what Tianshou's own vector envs
 give it: the final observation and the step's own info as the step's result, and the autoreset's
 observation and info as the answer to the ``reset(env_id)`` that follows. What the Collector
-gathers is then what it gathers on ``DummyVectorEnv`` over the same envs and seeds::
+gathers is then what it gathers on ``DummyVectorEnv`` over the same envs and seeds, and on LIBERO
+what it gathers (PPO's updates included) on ``SubprocVectorEnv`` over LIBERO's own env, chunk 1 and
+chunk 8 (``tests/test_tianshou.py``; not ``DummyVectorEnv`` there: stock LIBERO envs in one process
+draw each other's scenes)::
 
     envs = TianshouVectorEnv(gym.make_vec("fastenv/Libero-v0", num_envs=8, flatten=True))
     collector = Collector(algorithm, envs, VectorReplayBuffer(4096, len(envs)))

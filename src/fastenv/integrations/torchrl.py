@@ -12,7 +12,8 @@ the way its ``SerialEnv``/``ParallelEnv`` reset each env, so nothing is read fro
 the final observation (and the step's own info) of an env whose episode ended, and the reset the
 vector env already ran is handed over when TorchRL asks for it. The data a TorchRL collector
 gathers is then the data it gathers on TorchRL's ``SerialEnv`` over the single envs (same seeds,
-same actions)::
+same actions), and on LIBERO the data it gathers on ``ParallelEnv`` over LIBERO's own env, each
+in a process of its own (both tested bit for bit)::
 
     env = fastenv.integrations.torchrl.make_env("fastenv/Libero-v0", 4, num_workers=2, flatten=True)
 
