@@ -147,7 +147,6 @@ def schedule_success(monkeypatch: Any, after: int = 16) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([success_schedule.HOOK, *paths]))
 
 
-
 # What fastenv's LIBERO env adds to an info that LIBERO's own env does not give (docs/backends/libero.md):
 # the instruction and the init state drawn at a reset, LIBERO's success flag and the chunk keys at a step.
 FASTENV_INFO_KEYS = frozenset({"language_instruction", "init_state_id", "success", "chunk_steps", "chunk_rewards"})

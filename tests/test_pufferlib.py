@@ -116,14 +116,18 @@ def test_a_vector_env_that_resets_in_the_same_step_is_refused():
 
 
 # -- the same data as PufferLib's vectorization of LIBERO's own env ----------------------------------
-# PufferLib has no collector apart from its trainer (whose compiled extension does not load here):
+# PufferLib has no collector apart from its trainer (pufferl, which needs its compiled extension):
 # what is compared is its vectorization, pufferlib.vector.make(..., backend=Multiprocessing) over
-# GymnasiumPufferEnv copies of LIBERO's own env (tests/stock_libero.py), each env in a worker process
-# of its own, stepped one action at a time (chunk 1) or K at a time by the reference chunk loop,
-# against PufferVecEnv over fastenv's vector env, both driven by the send/recv loop of PufferLib's
-# trainer with one seeded policy. Each side runs in a process of its own: Multiprocessing builds a
-# driver env in the process that makes it (a LIBERO env the pytest process must not hold) and starts
-# its workers with the default start method (spawn there: a fork after a LIBERO env rendered hangs).
+# LIBERO's own env (tests/stock_libero.py) in GymnasiumPufferEnv, each env in a worker process of its
+# own, stepped one action at a time (chunk 1) or K at a time by the reference chunk loop, against
+# PufferVecEnv over fastenv's vector env, both driven by the send/recv loop of PufferLib's trainer
+# with one seeded policy. Not Serial: it steps its envs in one process, where stock LIBERO envs are
+# not independent (they render into whichever OpenGL context is current and place their scenes with
+# numpy's global generator:
+# tests/test_sb3.py::test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not).
+# Each side runs in a process of its own: Multiprocessing builds a driver env in the process that
+# makes it (a LIBERO env the pytest process must not hold) and starts its workers with that process's
+# default start method (spawn there: a fork after a LIBERO env rendered hangs).
 STEPS = {1: 64, 8: 12}  # recv calls after the reset: 64 simulator steps per env at most, or 12 chunks of 8
 
 
@@ -214,7 +218,8 @@ def test_pufferlib_on_libero_returns_what_its_multiprocessing_backend_returns_ov
     and the infos' episode statistics: return and length in simulator steps) of PufferVecEnv over
     fastenv's vector env equals Multiprocessing's over LIBERO's own env, chunk 1 and chunk 8, bit for
     bit; fastenv's own info keys are set aside (at chunk 8 and at 1 alike, fastenv's infos are never
-    empty: PufferLib's trainer would log ``success`` and the chunk keys beside the episodes)."""
+    empty: PufferLib's trainer would log ``success`` and the chunk keys beside the episodes). Not
+    against Serial: stock LIBERO envs in one process draw each other's scenes (see the comment above)."""
     from stock_libero import schedule_success
 
     schedule_success(monkeypatch)
