@@ -102,6 +102,27 @@ def pytest_collection_finish(session):
         start_stack_build(RLINF_STACK, "rlinf")
 
 
+_DURATIONS: dict[str, list[float]] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test file's time, setup to teardown (in the main process under xdist: the reports arrive there)."""
+    _DURATIONS.setdefault(report.nodeid.split("::")[0], []).append(report.duration)
+
+
+def pytest_unconfigure(config):
+    """Under CI, the files that took the most test time, printed last (after pytest's own closing line,
+    where a log's tail keeps it): where the suite's time goes, commit by commit."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if not os.environ.get("CI") or hasattr(config, "workerinput") or reporter is None or not _DURATIONS:
+        return
+    total = sum(map(sum, _DURATIONS.values()))
+    top = sorted(_DURATIONS.items(), key=lambda kv: -sum(kv[1]))[:12]
+    reporter.write_line(f"test time by file ({total:.0f} s in all, over the test processes):")
+    for path, times in top:
+        reporter.write_line(f"  {sum(times):7.0f} s  {path}")
+
+
 def pytest_runtest_setup(item):
     if MISSING in item.stash:
         pytest.fail(item.stash[MISSING], pytrace=False)
@@ -110,8 +131,9 @@ def pytest_runtest_setup(item):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "ci_sample(group, keep=1): one of several end-to-end runs of the same claim; under CI, `keep` of the group's tests "
-        "run, drawn by the commit (FASTENV_CONFORM_SEED replays a draw, FASTENV_CI_FULL=1 runs them all)",
+        "ci_sample(group, keep=1, share=1): one of several end-to-end runs of the same claim; under CI, `keep` of the group's "
+        "tests run, on a `share` of the commits (a long test alone in its group: share=1/3), drawn by the commit "
+        "(FASTENV_CONFORM_SEED replays a draw, FASTENV_CI_FULL=1 runs them all)",
     )
     config.addinivalue_line(
         "markers",
@@ -130,15 +152,21 @@ def ci_sampled_out(items: list) -> list:
 
     groups: dict[str, list] = {}
     keep: dict[str, int] = {}
+    share: dict[str, float] = {}
     for item in items:
         marker = item.get_closest_marker("ci_sample")
         if marker is not None:
             groups.setdefault(marker.args[0], []).append(item)
             keep[marker.args[0]] = int(marker.kwargs.get("keep", 1))
+            share[marker.args[0]] = float(marker.kwargs.get("share", 1.0))
     out = []
     seed = sample_seed()
     for name, members in sorted(groups.items()):
-        chosen = set(random.Random(f"{seed}:{name}").sample(range(len(members)), min(keep[name], len(members))))
+        draw = random.Random(f"{seed}:{name}")
+        if draw.random() >= share[name]:  # not this commit's turn: the whole group waits
+            out += members
+            continue
+        chosen = set(draw.sample(range(len(members)), min(keep[name], len(members))))
         out += [item for i, item in enumerate(members) if i not in chosen]
     return out
 

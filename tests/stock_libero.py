@@ -30,7 +30,18 @@ os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 from gymnasium import spaces  # noqa: E402
+
+def same_data_on_stock_libero(test: Any) -> Any:
+    """The marks of each RL library's same-data test on stock LIBERO (``tests/test_<library>.py``): the
+    real simulator, many envs at once (one such test at a time), one of the group per commit under CI
+    (``FASTENV_CI_FULL=1`` runs them all), at chunk 1 (the stock env's own data) and chunk 8 (the
+    reference chunk loop, ``ChunkLoop``)."""
+    test = pytest.mark.parametrize("chunk", [1, 8])(test)
+    test = pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env")(test)
+    return pytest.mark.libero(pytest.mark.big_memory(test))
+
 
 # "put the yellow and white mug in the microwave and close it": a microwave placed at random and a door
 # sampler, which LIBERO draws again at every reset (its scenes differ from episode to episode)

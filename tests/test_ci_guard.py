@@ -31,9 +31,9 @@ def test_a_missing_simulator_fails_in_ci_and_skips_elsewhere(tmp_path, ci, outco
 
 
 class _Item:
-    def __init__(self, name, group=None, keep=1):
+    def __init__(self, name, group=None, keep=1, share=1.0):
         self.name = name
-        self._marker = None if group is None else type("Mark", (), {"args": (group,), "kwargs": {"keep": keep}})()
+        self._marker = None if group is None else type("Mark", (), {"args": (group,), "kwargs": {"keep": keep, "share": share}})()
 
     def get_closest_marker(self, name):
         return self._marker if name == "ci_sample" else None
@@ -55,6 +55,18 @@ def test_ci_runs_a_draw_of_each_sampled_group_that_the_commit_decides(monkeypatc
         assert sum(i.name in "abc" for i in out) == 2 and sum(i.name in "de" for i in out) == 0 and "f" not in [i.name for i in out]
         draws.add(tuple(i.name for i in out))
     assert len(draws) > 1  # the draw moves with the seed
+    # A group with a share runs on that share of the commits (drawn by the seed, replayable), whole
+    # groups at a time: over 60 seeds, a third runs within a few sigma.
+    items = [_Item("x", "rare", share=1 / 3), _Item("y", "rare", share=1 / 3), _Item("z", "often")]
+    runs = []
+    for seed in range(60):
+        monkeypatch.setenv("FASTENV_CONFORM_SEED", str(seed))
+        out = [i.name for i in ci_sampled_out(items)]
+        assert out == [i.name for i in ci_sampled_out(list(items))] and "z" not in out
+        assert out in (["x", "y"], ["x"], ["y"])  # none of the group, or keep=1 of it
+        runs.append(len(out) == 1)
+    assert 8 <= sum(runs) <= 32, sum(runs)
+    items = [_Item("a", "g"), _Item("b", "g")]
     monkeypatch.setenv("FASTENV_CI_FULL", "1")
     assert ci_sampled_out(items) == []
     monkeypatch.delenv("FASTENV_CI_FULL")

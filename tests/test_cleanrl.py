@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stock_libero import same_data_on_stock_libero
 from helpers import need, skip_unless_script_imports
 
 SCRIPT = os.environ.get("CLEANRL_PPO_SCRIPT")
@@ -288,15 +289,9 @@ def _assert_same_rollout(got: dict, want: dict) -> None:
     assert got["logged"] == want["logged"], "the episodes logged (global_step, env, return, length)"
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_the_scripts_rollout_gathers_on_fastenv_what_it_gathers_on_async_vector_env_over_stock_libero(chunk, monkeypatch):
-    """The script vectorizes with Gymnasium's SyncVectorEnv, which steps its envs in one process, where
-    stock LIBERO envs are not independent: they render into whichever OpenGL context is current and draw
-    their scenes from numpy's global generator (tests/test_sb3.py::
-    test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not). So the reference is
+    """The script vectorizes with Gymnasium's SyncVectorEnv, which steps its envs in one process, where stock LIBERO envs are not independent (tests/stock_libero.py says why). So the reference is
     Gymnasium's multi-process vector env, AsyncVectorEnv, in the script's autoreset mode (SAME_STEP).
     Compared bit for bit, dtypes too: what the loop stores (observations, actions, rewards, dones, the
     critic's values), what each step returned (observations, rewards, terminations, truncations, the

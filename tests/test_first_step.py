@@ -70,6 +70,7 @@ def _run(script: str, env: dict[str, str], cwd) -> tuple[dict, str]:
 
 @pytest.mark.libero
 @pytest.mark.timeout(1200)
+@pytest.mark.ci_sample("a fresh numba cache on LIBERO (minutes on 2 cores)", share=1 / 3)
 def test_a_fresh_numba_cache_steps_with_the_python_loop_while_a_background_process_compiles(tmp_path):
     need("numba")
     cache = tmp_path / "numba-cache"

@@ -57,8 +57,10 @@ def test_async_with_fork_is_refused_at_once_saying_what_to_use(tmp_path):
     said = run.stderr[run.stderr.index("RuntimeError: a LIBERO env: this process was forked"):]
     for way in ("gym.make_vec(id, num_envs=N)", "vector_kwargs={'context': 'spawn'}", "vectorization_mode='sync'"):
         assert way in said
-    last = run.stderr.strip().splitlines()[-1]
-    assert last.split(":")[0] in ("EOFError", "ConnectionResetError", "BrokenPipeError"), last
+    # The main process's own error: its pipe closed. The worker's traceback and the main
+    # process's are written by two processes to one stream, in either order.
+    ended = [line for line in run.stderr.splitlines() if line.split(":")[0] in ("EOFError", "ConnectionResetError", "BrokenPipeError")]
+    assert ended, run.stderr[-3000:]
 
 
 @pytest.mark.big_memory

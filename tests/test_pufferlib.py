@@ -11,6 +11,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("pufferlib")
@@ -209,10 +210,7 @@ def _assert_same_libero_data(ours, ref):
         assert_identical(got, want, f"recv {t}", loose_scalars=True)
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_pufferlib_on_libero_returns_what_its_multiprocessing_backend_returns_over_stock_libero(chunk, monkeypatch):
     """Every recv (observations, rewards, terminals, truncations, teacher actions, agent ids, masks,
     and the infos' episode statistics: return and length in simulator steps) of PufferVecEnv over

@@ -11,6 +11,7 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("rl_games")
@@ -217,10 +218,7 @@ def _stock_view(run):
     return rollouts, log, stats
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_ppo_on_libero_collects_what_it_collects_on_ray_vec_env_over_stock_libero(chunk, ray_on_success_schedule, tmp_path):
     """What PPO's ``play_steps`` puts in its experience buffer over two epochs (observations, actions,
     rewards with the time-out bootstrap, dones, values, log-probabilities, means, sigmas) and its

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("ray")
@@ -317,15 +318,9 @@ def _assert_same_collection(got: dict, want: dict) -> None:
     assert_same(got["parameters"], want["parameters"], "parameters after one update")
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_the_env_runner_collects_on_fastenv_what_it_collects_on_stock_libero(chunk, monkeypatch):
-    """RLlib's default vectorization, "sync", steps its envs in the env runner's process, where stock
-    LIBERO envs are not independent: they render into whichever OpenGL context is current and draw their
-    scenes from numpy's global generator (tests/test_sb3.py::
-    test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not). So the reference is
+    """RLlib's default vectorization, "sync", steps its envs in the env runner's process, where stock LIBERO envs are not independent (tests/stock_libero.py says why). So the reference is
     RLlib's multi-process vectorization, "async" (Gymnasium's AsyncVectorEnv, started with spawn), which
     gives each stock env a process of its own and leaves the env runner as it is: the same module, seed
     and ``sample`` calls as on fastenv's side. RLlib's remote env runners (one env each) would give each

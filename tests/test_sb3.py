@@ -3,6 +3,7 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("stable_baselines3", "Stable-Baselines3 is not installed")
@@ -270,10 +271,7 @@ def _assert_same_collection(got, want):
     assert_same(tuple(got["parameters"]), tuple(want["parameters"]), "parameters after learning")
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_ppo_collects_on_fastenv_what_it_collects_on_subproc_vec_env_over_stock_libero(chunk, monkeypatch):
     from fakes import AlteredReward
     from stock_libero import schedule_success

@@ -22,6 +22,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need
 need("sbx")
@@ -182,15 +183,9 @@ def _assert_same_libero_data(got: dict[str, np.ndarray], want: dict[str, np.ndar
     assert_same(got["parameters"], want["parameters"], "parameters after learning")
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_ppo_collects_on_fastenv_what_it_collects_on_subproc_vec_env_over_stock_libero(chunk, monkeypatch):
-    """SBX's default vectorization (SB3's ``make_vec_env``: ``DummyVecEnv``) steps its envs in one process,
-    where stock LIBERO envs are not independent: they render into whichever OpenGL context is current
-    and draw their scenes from numpy's global generator (tests/test_sb3.py::
-    test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not). So the reference is
+    """SBX's default vectorization (SB3's ``make_vec_env``: ``DummyVecEnv``) steps its envs in one process, where stock LIBERO envs are not independent (tests/stock_libero.py says why). So the reference is
     SB3's multi-process vectorization, ``SubprocVecEnv``, which SBX trains on as it does on ``DummyVecEnv``.
     """
     from fakes import AlteredReward

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("skrl")
@@ -253,10 +254,7 @@ def _in_fresh_process(side: str, chunk: int, directory: str) -> dict[str, np.nda
         return pool.submit(_train_on_libero, side, chunk, directory).result()
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_ppo_memory_on_fastenv_is_its_memory_on_async_vector_env_over_stock_libero(chunk, monkeypatch, tmp_path):
     """skrl's examples vectorize with ``gym.make_vec(..., vectorization_mode="sync")``, Gymnasium's
     SyncVectorEnv, which steps its envs in one process, where stock LIBERO envs are not independent: they

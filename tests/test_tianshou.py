@@ -8,6 +8,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("tianshou")
@@ -258,10 +259,7 @@ def _assert_same_training(ours, ref):
     assert_identical(parameters, ref_parameters, "parameters after the updates")
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_the_collector_on_libero_gathers_what_it_gathers_on_subproc_vector_env_over_stock_libero(chunk, monkeypatch):
     """Every reset and step result Tianshou's collector sees, its replay buffer (observations,
     actions, rewards, terminated, truncated, obs_next: an ended episode's final observation, infos,

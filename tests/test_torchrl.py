@@ -16,6 +16,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
+from stock_libero import same_data_on_stock_libero
 
 from helpers import need  # noqa: I001  (first: a missing module skips, or fails under CI)
 need("torchrl")
@@ -232,15 +233,9 @@ def _assert_same_libero_collection(got: list[dict[str, np.ndarray]], want: list[
             assert_same(g[key], w[key], f"batch {b}: {key}")
 
 
-@pytest.mark.libero
-@pytest.mark.big_memory
-@pytest.mark.ci_sample("an RL library's collector on LIBERO against its own vectorization of the stock env", keep=2)
-@pytest.mark.parametrize("chunk", [1, 8])
+@same_data_on_stock_libero
 def test_a_collector_gathers_on_fastenv_what_it_gathers_on_parallel_env_over_stock_libero(chunk, monkeypatch):
-    """TorchRL's default vectorization of N envs, ``SerialEnv``, steps them in one process, where stock
-    LIBERO envs are not independent: they render into whichever OpenGL context is current and draw their
-    scenes from numpy's global generator (tests/test_sb3.py::
-    test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not). So the reference is
+    """TorchRL's default vectorization of N envs, ``SerialEnv``, steps them in one process, where stock LIBERO envs are not independent (tests/stock_libero.py says why). So the reference is
     TorchRL's multi-process one, ``ParallelEnv`` (started with spawn), which gives each stock env a process
     of its own. Compared bit for bit, dtypes too: everything the Collector gathers (observations, actions,
     rewards, done/terminated/truncated, the final observation in ("next", "observation"), StepCounter's
