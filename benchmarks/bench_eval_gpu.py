@@ -4,7 +4,7 @@
 
 Runs libero_spatial (every task, ``--episodes`` init states each) with openpi's protocol through
 ``fastenv.eval.run``, the workers on the host's cores (EGL renders on the GPU) and, as the
-batched policy, ``fastenv.policy.VLASizedTransformer`` built on the GPU: pi0's shape and cost
+batched policy, ``fastenv.bench.policies.VLASizedTransformer`` built on the GPU: pi0's shape and cost
 (SigLIP tower per view, Gemma-2B backbone, action expert, 10 flow-matching steps) with random
 weights. Its output is meaningless, so the actions come from the projection stand-in and
 LIBERO's success check fires on ``success_schedule``'s schedule after ``--success-after``
@@ -59,7 +59,7 @@ def transformer_policy(chunk: int, device: str, tiny: bool) -> Any:
     import torch
 
     from fastenv.eval import BatchPolicy, ProjectionPolicy
-    from fastenv.policy import VLASizedTransformer
+    from fastenv.bench.policies import VLASizedTransformer
 
     class TransformerPolicy(BatchPolicy):
         def __init__(self) -> None:

@@ -140,7 +140,7 @@ def run_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     if setting == "libero":
-        from fastenv.policy import ChunkPolicy
+        from fastenv.bench.policies import ChunkPolicy
 
         cfg = same_run.PPOConfig(
             num_envs=args.num_envs, num_steps=args.num_steps, gamma=0.99**args.chunk, gae_lambda=0.95,

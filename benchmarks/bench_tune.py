@@ -9,7 +9,7 @@ The best of many short trials is biased upward (noise picks it), so the grid's b
 the default layout are then measured again, interleaved over rounds with longer trials on fresh
 workers: the plan's median over the grid best's is the verdict (target >= 0.90).
 
-- cheap policy: ``fastenv.policy.ChunkPolicy`` (a small CNN + MLP) on this process's CPU;
+- cheap policy: ``fastenv.bench.policies.ChunkPolicy`` (a small CNN + MLP) on this process's CPU;
 - costly policy: the measured cost of a large policy on its own device, ``CostPolicy(0.05, 0.002)``
   (50 ms + 2 ms per observation, sleeping: it costs the CPU nothing, as a GPU policy);
 - CartPole: Gymnasium's, with a policy that costs nothing (random actions).
@@ -56,7 +56,7 @@ class CheapPolicy:
     def __init__(self, camera_size: int, chunk: int) -> None:
         import torch
 
-        from fastenv.policy import ChunkPolicy
+        from fastenv.bench.policies import ChunkPolicy
 
         torch.manual_seed(0)
         self.net = ChunkPolicy((camera_size, camera_size, 3), 39, chunk, 7).eval()

@@ -1,6 +1,6 @@
 """What a VLA-sized transformer costs per call on a GPU: latency against batch, and its a + b x batch.
 
-``fastenv.policy.VLASizedTransformer`` (random weights, bf16: a SigLIP-sized vision tower per view,
+``fastenv.bench.policies.VLASizedTransformer`` (random weights, bf16: a SigLIP-sized vision tower per view,
 a Gemma-2B-sized backbone over the image and prompt tokens, an action expert denoising the chunk
 over 10 steps) is timed with CUDA events at each batch size (median of ``--repeats`` calls after
 warm-ups), a line a + b x batch is fitted, and set beside the presets of ``fastenv.policy_cost``
@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from fastenv.policy import VLASizedTransformer
+    from fastenv.bench.policies import VLASizedTransformer
     from fastenv.policy_cost import PRESETS
 
     if not torch.cuda.is_available():

@@ -25,7 +25,7 @@ import torch
 
 import fastenv  # noqa: F401  (registers fastenv/Libero-v0)
 from fastenv.vector import final_observations
-from fastenv.policy import ChunkPolicy
+from fastenv.bench.policies import ChunkPolicy
 from fastenv.returns import gae
 
 

@@ -94,7 +94,7 @@ class ImageAgent(nn.Module):
 
     def __init__(self, image_key: str, image_shape: tuple[int, int, int], state_key: str, state_dim: int, chunk: int, action_dim: int) -> None:
         super().__init__()
-        from fastenv.policy import ChunkPolicy
+        from fastenv.bench.policies import ChunkPolicy
 
         self.image_key, self.state_key = image_key, state_key
         self.net = ChunkPolicy(image_shape, state_dim, chunk, action_dim)

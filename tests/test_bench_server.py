@@ -149,7 +149,7 @@ def test_c_is_the_timed_windows_or_the_median_windows_with_resets_spread_over_th
 
 
 def test_resets_are_pooled_with_the_choices_calibration_and_spread_over_the_rows_mean_episode():
-    from fastenv.bench_server import ServerConfig, _lengths, amortized
+    from fastenv.bench.server import ServerConfig, _lengths, amortized
 
     cfg = ServerConfig(episode_steps=160)
     row = {"windows": [_window(64, 0.030)] * 3, "resets": 0, "reset_cpu_total_s": 0.0, "reset_wall_total_s": 0.0}
@@ -200,7 +200,7 @@ POINTS = [{"batch": 1, "seconds": 0.1007, "spread": 0.0005}, {"batch": 2, "secon
 
 def _judged(c_s):
     """The recorded fastenv rows judged against a bound with ``c_s``, as the run's JSON holds them."""
-    from fastenv.bench_server import judge
+    from fastenv.bench.server import judge
 
     costs = ServerCosts(RECORDED["a"], RECORDED["b"], c_s, cores=1, chunk=8)
     rows = []
@@ -215,7 +215,8 @@ def _judged(c_s):
 
 
 def test_the_table_and_the_json_name_a_calibration_fault_not_a_result():
-    from fastenv.bench_server import format_table, judge
+    from fastenv.bench.report import server_table as format_table
+    from fastenv.bench.server import judge
 
     points = POINTS
     rows = _judged(RECORDED["c_alone"])
@@ -232,11 +233,11 @@ def test_the_table_and_the_json_name_a_calibration_fault_not_a_result():
 
 @pytest.mark.parametrize(("c_s", "code"), [(RECORDED["c_alone"], 1), (0.0303, 0)])  # 0.0303: the N=4 row's own
 def test_the_command_says_a_calibration_fault_is_not_a_result_and_exits_with_an_error(c_s, code, monkeypatch, capsys, tmp_path):
-    import fastenv.bench_server
+    import fastenv.bench.server
     from fastenv.cli import main
 
     payload = {"rows": _judged(c_s), "files": [str(tmp_path / "server.json")]}
-    monkeypatch.setattr(fastenv.bench_server, "run", lambda cfg: payload)  # the recorded rows, not a run
+    monkeypatch.setattr(fastenv.bench.server, "run", lambda cfg: payload)  # the recorded rows, not a run
     assert main(["bench", "--regime", "server", "--out", str(tmp_path / "server.json")]) == code
     out, err = capsys.readouterr()
     faulted = [f"N={e['num_envs']} fastenv" for e in payload["rows"] if e["fastenv"]["calibration_fault"]]
@@ -261,7 +262,7 @@ def _obs(rng, b, shapes, state_dim):
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31), b=st.integers(1, 12), data=st.data())
 def test_an_envs_actions_do_not_depend_on_its_batch(seed, b, data):
-    from fastenv.policy import ExactChunkPolicy
+    from fastenv.bench.policies import ExactChunkPolicy
 
     shapes = [(16, 16, 3), (8, 12, 3)]
     policy = ExactChunkPolicy(shapes, 9, chunk=4, action_dim=7, seed=3)
@@ -281,7 +282,7 @@ def test_an_envs_actions_do_not_depend_on_its_batch(seed, b, data):
 
 
 def test_the_policy_reads_the_observation_and_its_fingerprint_sees_one_pixel():
-    from fastenv.policy import ExactChunkPolicy
+    from fastenv.bench.policies import ExactChunkPolicy
 
     shapes = [(8, 8, 3)]
     policy = ExactChunkPolicy(shapes, 4, chunk=2, action_dim=7)
@@ -298,7 +299,7 @@ def test_the_policy_reads_the_observation_and_its_fingerprint_sees_one_pixel():
 
 
 def test_the_server_policy_copies_once_and_spends_the_cost():
-    from fastenv.bench_server import ServerPolicy, calibrate_policy, local_fit, policy_seconds_at
+    from fastenv.bench.server_policy import ServerPolicy, calibrate_policy, local_fit, policy_seconds_at
     from fastenv.policy_cost import InferenceCost
 
     shapes = [(8, 8, 3), (8, 8, 3)]
@@ -312,9 +313,9 @@ def test_the_server_policy_copies_once_and_spends_the_cost():
 
 
 def test_the_trajectory_comparison_catches_a_shifted_observation():
-    from fastenv.bench_server import Trajectories, compare
+    from fastenv.bench.same_data import Trajectories, compare
 
-    ref, ours = Trajectories(2), Trajectories(2)
+    ref, ours = Trajectories(2, ()), Trajectories(2, ())
     for t in (ref, ours):
         t.observed(np.array([0, 1]), np.array([10, 20]))
         t.stepped(np.array([0, 1]), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), {})
@@ -328,7 +329,8 @@ def test_the_trajectory_comparison_catches_a_shifted_observation():
 @pytest.mark.libero
 @pytest.mark.big_memory
 def test_the_server_regime_runs_default_and_fastenv_on_libero_with_the_same_data(tmp_path):
-    from fastenv.bench_server import ServerConfig, format_table, run
+    from fastenv.bench.report import server_table as format_table
+    from fastenv.bench.server import ServerConfig, run
 
     cfg = ServerConfig(envs=(2,), camera_size=32, seconds=1.0, min_chunks=2, calibration_chunks=1, device="cpu",
                        policy_cost="0.05,0.002", policy_compute="wait", episode_steps=24, out=str(tmp_path / "server.json"))
@@ -408,7 +410,7 @@ def test_an_env_factory_pins_only_other_processes():
     import multiprocessing
     import os
 
-    from fastenv.bench import Pinned
+    from fastenv.bench.placement import Pinned
 
     mine = sorted(os.sched_getaffinity(0))
     factory = Pinned(_affinity, mine[:1])
@@ -421,7 +423,7 @@ def test_an_env_process_that_dies_is_named_with_how_it_ended():
     import multiprocessing
     import signal
 
-    from fastenv.bench_server import process_endings
+    from fastenv.bench.placement import process_endings
 
     ctx = multiprocessing.get_context("spawn")
     alive, crashed, failed = ctx.Process(target=signal.pause), ctx.Process(target=os.abort), ctx.Process(target=sys.exit, args=(3,))

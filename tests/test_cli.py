@@ -153,7 +153,7 @@ def test_the_bench_chart_keeps_its_titles_and_legend_inside_the_figure_and_off_t
     """Drawn from a committed run's JSON: every title, tick label and the legend lie within the
     figure, and the legend lies outside both axes (so it covers no bar)."""
     need("matplotlib", "fastenv bench's chart")
-    from fastenv.bench import _figure, plot
+    from fastenv.bench.report import _figure, plot
 
     payload = json.loads((Path(__file__).resolve().parent.parent / "results" / f"{name}.json").read_text())
     fig = _figure(payload)
@@ -176,10 +176,11 @@ def test_the_bench_chart_keeps_its_titles_and_legend_inside_the_figure_and_off_t
 
 
 def test_a_row_whose_own_fast_path_did_not_serve_is_marked_so():
-    from fastenv.bench import Trajectories, Variant, format_table, summarize
+    from fastenv.bench import Variant, format_table, summarize
+    from fastenv.bench.same_data import Trajectories
 
     def run(paths):
-        return {"env_steps": 64, "seconds": 1.0, "breakdown_s": {"policy": 0.1}, "env_cpu_s": None, "trajectories": Trajectories(2),
+        return {"env_steps": 64, "seconds": 1.0, "breakdown_s": {"policy": 0.1}, "env_cpu_s": None, "trajectories": Trajectories(2, ()),
                 "fast_paths": paths}
 
     base, fast = Variant("Default", "stock"), Variant("+FastSubstep", "chunked", paths=(FastPath.COMPILED_POLICY_STEP,))

@@ -321,7 +321,7 @@ def test_the_gpu_server_figures_in_the_docs_are_the_committed_jsons():
 
 
 def test_bench_records_each_workers_renderer_once():
-    from fastenv.bench import per_worker, renderer_line
+    from fastenv.bench.report import per_worker, renderer_line
 
     seen = [{"pid": 1, "api": "EGL", "renderer": "NVIDIA H100 80GB HBM3/PCIe/SSE2", "software": False}] * 2
     seen += [{"pid": 2, "api": "EGL", "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "software": True}] * 2

@@ -60,3 +60,18 @@ def test_nothing_in_the_package_decides_by_reading_its_callers_frames():
     found = [f"{path.relative_to(src)}:{n}" for path in sorted(src.rglob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1) if reads.search(line)]
     assert not found, f"frame reads: {found}"
+
+
+def test_every_file_over_600_lines_is_named_in_the_architecture_page_with_its_size():
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    package = root / "src" / "fastenv"
+    long = {str(p.relative_to(package)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    long = {name: n for name, n in long.items() if n > 600}
+    table = dict(re.findall(r"^\| `([^`]+\.py)` \| (\d+) \|", (root / "docs" / "architecture.md").read_text(), re.MULTILINE))
+    missing = sorted(set(long) - set(table))
+    assert not missing, f"files over 600 lines not in docs/architecture.md's table: {missing}"
+    off = {name: (n, int(table[name])) for name, n in long.items() if abs(n - int(table[name])) > 50}
+    assert not off, f"line counts in docs/architecture.md off by more than 50 (now, written): {off}"

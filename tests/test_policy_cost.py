@@ -68,7 +68,8 @@ def test_the_estimate_counts_the_policy_and_overlaps_it_where_the_row_does():
 
 
 def test_overlap_is_set_against_the_bound_of_perfect_overlap():
-    from fastenv.bench import add_overlap, format_overlap
+    from fastenv.bench.ablation import add_overlap
+    from fastenv.bench.report import overlap_lines
 
     def row(name, mode, ms, policy, hard_reset=True):
         return {"config": name, "ms_per_env_step": ms, "breakdown_ms_per_env_step": {"policy": policy},
@@ -82,12 +83,12 @@ def test_overlap_is_set_against_the_bound_of_perfect_overlap():
     assert pipeline["gain_x"] == pytest.approx(30.0 / 25.0) and pipeline["share_of_bound"] == pytest.approx(0.4)
     assert rows[2]["overlap"]["gain_x"] == pytest.approx(1.5)
     assert "overlap" not in rows[0] and "overlap" not in rows[3]  # other env work: no like-for-like reference
-    assert format_overlap(rows)[0].startswith("+Pipeline: 1.20x +SkipObs, where perfect overlap gives 1.50x")
+    assert overlap_lines(rows)[0].startswith("+Pipeline: 1.20x +SkipObs, where perfect overlap gives 1.50x")
 
 
 def test_the_vla_sized_transformer_runs_and_has_a_vlas_size():
     torch = need("torch")
-    from fastenv.policy import VLASizedTransformer
+    from fastenv.bench.policies import VLASizedTransformer
 
     tiny = VLASizedTransformer(chunk=5, views=2, width=32, depth=1, mlp=64, heads=2, expert_width=16, expert_mlp=32, steps=2,
                                prompt_tokens=4, vision_width=16, vision_depth=1, vision_mlp=32, dtype=torch.float32)
@@ -101,7 +102,7 @@ def test_the_transformer_needs_cuda_and_says_so():
     need("torch")
     import torch
 
-    from fastenv.bench import BenchConfig, VLACost
+    from fastenv.bench.ablation import BenchConfig, VLACost
 
     with pytest.raises(ValueError, match="runs on CUDA"):
         VLACost(BenchConfig(policy_cost="pi05-behavior", policy_compute="transformer"), torch.device("cpu"))

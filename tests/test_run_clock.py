@@ -13,8 +13,8 @@ from helpers import need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastenv.bench import REFERENCE_MS_PER_ENV_STEP, BenchConfig, estimate_seconds, reference_parts
-from fastenv.run_clock import Part, RunClock
+from fastenv.bench.ablation import REFERENCE_MS_PER_ENV_STEP, BenchConfig, estimate_seconds, reference_parts
+from fastenv.bench.clock import Part, RunClock
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
@@ -162,7 +162,7 @@ def test_the_vector_envs_build_lines_print_above_the_bench_bar_never_on_its_line
     need("tqdm")
     import gymnasium as gym
 
-    from fastenv.bench import _Bar
+    from fastenv.bench.report import ProgressBar
     from fastenv.vector import PipelineVectorEnv
     from fastenv.vector.progress import lines_through
 
@@ -173,7 +173,7 @@ def test_the_vector_envs_build_lines_print_above_the_bench_bar_never_on_its_line
 
     clock = RunClock([Part("round 1/1: Default", "Default", 10.0)])
     clock.start(0.0)
-    bar = _Bar(clock)
+    bar = ProgressBar(clock)
     bar.show("round 1/1: Default (building its envs)", force=True)
     with lines_through(bar.write):
         build()

@@ -436,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_bench_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from fastenv.bench_server import ServerConfig, format_table, run
+    from fastenv.bench.report import server_table as format_table
+    from fastenv.bench.server import ServerConfig, run
 
     ablation_only = {"--quick": args.quick, "--full": args.full, "--only": args.only, "--num-envs": args.num_envs,
                      "--workers": args.workers, "--stages": args.stages, "--steps": args.steps, "--rounds": args.rounds}

@@ -15,7 +15,7 @@ then fastenv's own steps:
 - +FastSubstep: robosuite's control loop with less around the same arithmetic (bit for bit).
 
 The layout is the same for every configuration, as these systems are deployed: the policy
-(``fastenv.policy.ChunkPolicy``: a CNN over the camera image and an MLP over proprioception,
+(``fastenv.bench.policies.ChunkPolicy``: a CNN over the camera image and an MLP over proprioception,
 emitting an action chunk of K and a value, once per chunk in every configuration) runs in this process, on the GPU when there is one, and
 this process is pinned to its own CPU core(s); the env processes are pinned to the other cores.
 Episodes end at random lengths around ``episode_steps`` (the long tail dynamic batching is for),
@@ -26,35 +26,38 @@ says where each configuration's wall time goes.
 Every configuration must produce the same data as Default: the policy serves each env on its own
 (``ChunkPolicy.act_rows``: its own noise stream, evaluated alone, so batching cannot change its
 actions), and each env's trajectory (per chunk: the reward, terminated, truncated, the kept
-observations and the final observation of an episode that ended) is hashed and compared with
-Default's, chunk by chunk over the chunks both ran (the "same data" column).
+observations the policy read, and per chunk the reward, terminated, truncated and the final
+observation of an episode that ended; ``fastenv.bench.same_data``) is compared with Default's,
+env by env over the chunks both ran (the "same data" column).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-import hashlib
 import json
-import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fastenv.bench.clock import Part, RunClock
+from fastenv.bench.envs import (
+    IMAGE_KEY,
+    SLIM_MODALITIES,
+    STATE_KEY,
+    episode_lengths,
+    stepwise_env,
+)
+from fastenv.bench.placement import Pinned, cores, policy_device
+from fastenv.bench.report import ProgressBar, minutes, output_file, per_worker, plot
+from fastenv.bench.same_data import Trajectories, compare
 from fastenv.core.fast_paths import FastPath
 from fastenv.machine import measured_on
-from fastenv.run_clock import Part, RunClock
-
-IMAGE_KEY, STATE_KEY = "agentview_image", "robot0_proprio-state"
-SLIM_MODALITIES = (IMAGE_KEY, STATE_KEY)
-CATEGORIES = ("physics", "step", "observe", "reset", "transport_wait", "policy")
 
 
 @dataclass
@@ -111,24 +114,6 @@ class BenchConfig:
         output_file(self.out, "fastenv_bench.json")
 
 
-def output_file(out: str | Path, name: str) -> Path:
-    """The JSON file ``--out`` names: ``out`` itself where it names a ``.json`` file, else ``name``
-    in the folder ``out``. Anything else already there (a file that is not JSON) is refused.
-
-    Examples:
-        >>> output_file("results", "fastenv_bench.json"), output_file("runs/today.json", "fastenv_bench.json")
-        (PosixPath('results/fastenv_bench.json'), PosixPath('runs/today.json'))
-    """
-    path = Path(out)
-    if path.is_dir():
-        return path / name
-    if path.suffix.lower() == ".json":
-        return path
-    if path.exists():
-        raise ValueError(f"out must be a folder or a .json file; {str(out)!r} is a file of another kind")
-    return path / name
-
-
 @dataclass
 class Variant:
     """One configuration of the ablation."""
@@ -159,44 +144,6 @@ def variants(cfg: BenchConfig) -> list[Variant]:
     ]
 
 
-def cores(policy_cores: int) -> tuple[list[int], list[int]]:
-    """(policy cores, env cores) among the cores this process may run on (cgroups included): the
-    policy's are whole physical cores (their SMT siblings with them, ``fastenv.machine.split_cores``)."""
-    from fastenv.machine import split_cores
-
-    return split_cores(policy_cores)
-
-
-class Pinned:
-    """An env factory that first pins its process to ``cores`` when it runs in another process.
-
-    Gymnasium's ``AsyncVectorEnv`` also calls its first factory in the calling process (a dummy
-    env, for the spaces): that process, the policy's, keeps its own cores.
-    """
-
-    def __init__(self, fn: Callable[[], Any], cores: list[int]) -> None:
-        self.fn, self.cores, self.owner = fn, cores, os.getpid()
-
-    def __call__(self) -> Any:
-        if os.getpid() != self.owner:
-            os.sched_setaffinity(0, self.cores)
-        return self.fn()
-
-
-def episode_lengths(cfg: BenchConfig) -> list[int]:
-    """Each env's episode length: uniform in [episode_steps / 2, 3 * episode_steps / 2] (seeded)."""
-    rng = np.random.default_rng(cfg.seed)
-    return [int(x) for x in rng.integers(cfg.episode_steps // 2, 3 * cfg.episode_steps // 2 + 1, cfg.num_envs)]
-
-
-def stepwise_env(chunk: int, *args: Any, **kwargs: Any) -> Any:
-    """``make_env(*args, **kwargs)`` executing chunks of ``chunk`` one step at a time, an observation after each."""
-    from fastenv.envs.libero import make_env
-    from fastenv.wrappers import ActionChunk
-
-    return ActionChunk(make_env(*args, chunk=None, **kwargs), chunk, skip_observations=False)
-
-
 def _env_fns(cfg: BenchConfig, build: str, env_cores: list[int]) -> list[Callable[[], Any]]:
     from fastenv.envs.libero import make_env
 
@@ -212,7 +159,7 @@ def _env_fns(cfg: BenchConfig, build: str, env_cores: list[int]) -> list[Callabl
             ),
             env_cores,
         )
-        for length in episode_lengths(cfg)
+        for length in episode_lengths(cfg.num_envs, cfg.episode_steps, cfg.seed)
     ]
 
 
@@ -238,53 +185,9 @@ def _set_modes(envs: Any, hard_reset: bool, fast_substep: bool) -> None:
     envs.apply(apply)
 
 
-def _pick(obs: dict[str, np.ndarray], ids: slice | np.ndarray) -> dict[str, np.ndarray]:
-    return {IMAGE_KEY: obs[IMAGE_KEY][ids], STATE_KEY: obs[STATE_KEY][ids]}
-
-
-def _kept_bytes(obs: Any) -> bytes:
-    return b"".join(np.ascontiguousarray(obs[k]).tobytes() for k in SLIM_MODALITIES)
-
-
-class Trajectories:
-    """Each env's trajectory as a list of digests: its first observation, then one per chunk."""
-
-    def __init__(self, n: int) -> None:
-        self.chunks: list[list[str]] = [[] for _ in range(n)]
-        self.episodes_ended = 0
-
-    def reset(self, obs: dict[str, np.ndarray]) -> None:
-        for i in range(len(self.chunks)):
-            self.chunks[i].append(hashlib.blake2b(_kept_bytes(_pick(obs, slice(i, i + 1)))).hexdigest())
-
-    def record(self, ids: Any, obs: dict[str, np.ndarray], rewards: Any, terminated: Any, truncated: Any, infos: dict[str, Any]) -> None:
-        ended = np.asarray(infos.get("_final_obs", np.zeros(len(ids), bool)))
-        self.episodes_ended += int(ended.sum())
-        for j, i in enumerate(np.asarray(ids).tolist()):
-            h = hashlib.blake2b(np.float64(rewards[j]).tobytes() + bytes([bool(terminated[j]), bool(truncated[j])]))
-            h.update(_kept_bytes(_pick(obs, slice(j, j + 1))))
-            if ended[j]:
-                h.update(_kept_bytes(infos["final_obs"][j]))
-            self.chunks[i].append(h.hexdigest())
-
-
-def compare_trajectories(ours: list[Trajectories], default: list[Trajectories]) -> dict[str, Any]:
-    """Round by round, env by env: do the chunks both ran have the same digests?"""
-    compared = None
-    for r, (mine, ref) in enumerate(zip(ours, default)):
-        for i, (a, b) in enumerate(zip(mine.chunks, ref.chunks)):
-            common = min(len(a), len(b))
-            for c in range(common):
-                if a[c] != b[c]:
-                    what = "first observation" if c == 0 else f"chunk {c}"
-                    return {"equal": False, "chunks_compared": c, "first_difference": f"round {r + 1}, env {i}, {what}"}
-            compared = common - 1 if compared is None else min(compared, common - 1)
-    return {"equal": True, "chunks_compared": compared or 0, "first_difference": None}
-
-
 class VLACost:
     """What a VLA's call costs on top of the small policy's own: a wait (no CPU), or a VLA-sized
-    transformer on the GPU (``fastenv.policy.VLASizedTransformer``). The actions stay the small
+    transformer on the GPU (``fastenv.bench.policies.VLASizedTransformer``). The actions stay the small
     policy's, so every configuration's data stays comparable with Default's."""
 
     def __init__(self, cfg: BenchConfig, device: Any) -> None:
@@ -298,7 +201,7 @@ class VLACost:
                 raise ValueError(f"policy_compute='transformer' runs on CUDA: give --device cuda (the policy is on {device})")
             import torch
 
-            from fastenv.policy import VLASizedTransformer
+            from fastenv.bench.policies import VLASizedTransformer
 
             with torch.device(device):  # made on the GPU: 2.2B parameters made on the CPU and moved take far longer
                 self.model = VLASizedTransformer(chunk=cfg.chunk)
@@ -332,11 +235,12 @@ def run_variant(
     policy_s = 0.0
     n = cfg.num_envs
     generators = [torch.Generator().manual_seed(cfg.seed * 100_003 + i) for i in range(n)]
-    trajectories = Trajectories(n)
+    trajectories = Trajectories(n, SLIM_MODALITIES)
 
     def act(obs: dict[str, np.ndarray], ids: Any = None) -> np.ndarray:
         nonlocal policy_s
         ids = np.arange(n) if ids is None else np.asarray(ids)
+        trajectories.observed(ids, obs)  # copied now, digested after the timed window
         t0 = time.perf_counter()
         actions, _ = policy.act_rows(obs, IMAGE_KEY, STATE_KEY, [generators[i] for i in ids], device)
         if vla is not None:
@@ -346,7 +250,7 @@ def run_variant(
 
     def record(ids: Any, result: tuple) -> Any:
         obs, rewards, terminated, truncated, infos = result
-        trajectories.record(np.arange(n) if ids is None else ids, obs, rewards, terminated, truncated, infos)
+        trajectories.stepped(np.arange(n) if ids is None else ids, rewards, terminated, truncated, infos)
         return obs
 
     profiled = hasattr(envs, "profile_report")
@@ -354,7 +258,6 @@ def run_variant(
         _set_modes(envs, variant.hard_reset, variant.fast_substep)
     target = cfg.steps * n  # simulator steps to time
     obs, _ = envs.reset(seed=cfg.seed)
-    trajectories.reset(obs)
     for _ in range(2):  # warm-up: first renders, first policy calls
         obs = record(None, envs.step(act(obs)))
     if profiled:
@@ -374,7 +277,7 @@ def run_variant(
         m = envs.layout.stage_size
         stage_ids = [np.arange(k * m, (k + 1) * m) for k in range(cfg.stages)]
         for k in range(cfg.stages):
-            envs.send(act(_pick(obs, stage_ids[k]), stage_ids[k]), stage=k)
+            envs.send(act({key: obs[key][stage_ids[k]] for key in SLIM_MODALITIES}, stage_ids[k]), stage=k)
         while done < target:
             for k in range(cfg.stages):
                 stage_obs = record(stage_ids[k], envs.recv(stage=k))
@@ -411,40 +314,11 @@ def run_variant(
         while len(envs.in_flight()):
             result = envs.recv(max_batch=n)
             record(np.asarray(result[4]["env_ids"]), result)
+    trajectories.seal()  # the round's observations digested, off the clock
     # Which fast paths served each env (in its worker) at the end of the round
     served = [dict(paths) for paths in envs.call("fast_paths")]
     return {"env_steps": done, "seconds": wall, "breakdown_s": breakdown, "env_cpu_s": env_cpu, "trajectories": trajectories,
             "fast_paths": served, "renderers": per_worker(envs.call("renderer"))}
-
-
-def per_worker(renderers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each env process's renderer once (``SimEnv.renderer`` of each env, several envs per worker)."""
-    return list({r["pid"]: r for r in renderers}.values())
-
-
-def renderer_line(rows: list[dict[str, Any]]) -> str:
-    """What each configuration's workers rendered with (their last round), as one line."""
-    def name(w: dict[str, Any]) -> str:
-        return f"{w.get('renderer') or 'unknown'} ({w.get('api') or '?'}{', CPU' if w.get('software') else ''})"
-
-    names = {name(w) for r in rows for w in r.get("renderer_per_worker", [])}
-    if len(names) == 1:
-        return f"renderer: every worker of every configuration rendered with {names.pop()}"
-    parts = []
-    for r in rows:
-        seen = collections.Counter(name(w) for w in r.get("renderer_per_worker", []))
-        parts.append(f"{r['config']}: " + ", ".join(f"{n} x {k}" for k, n in seen.items()))
-    return "renderer per worker: " + "; ".join(parts)
-
-
-def _device(name: str, policy_cores: list[int]) -> Any:
-    import torch
-
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        torch.set_num_threads(len(policy_cores))  # the policy's own cores; the rest are the simulators'
-    return torch.device(name)
 
 
 # Reference costs: ms of wall time per env step of each configuration and seconds per vector-env
@@ -498,53 +372,6 @@ def estimate_seconds(cfg: BenchConfig, only: list[str] | None = None) -> float:
     return sum(p.reference_s + p.reference_build_s for p in reference_parts(cfg, only))
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
-
-class _Bar:
-    """The run's progress bar: its share done and time left come from the ``RunClock`` (what each
-    configuration costs here), not from counted steps; every estimate is kept in the clock's history."""
-
-    NOTE_EVERY_S = 5.0
-
-    def __init__(self, clock: RunClock) -> None:
-        from tqdm import tqdm
-
-        self.clock, self.label, self.last_shown, self.last_note = clock, "", -math.inf, -math.inf
-        self.tqdm = tqdm(total=1000, desc="fastenv bench", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}{postfix}",
-                         mininterval=1.0)
-
-    def show(self, label: str | None = None, force: bool = False) -> None:
-        now = time.perf_counter()
-        if label is not None:
-            self.label = label
-        if not force and now - self.last_shown < 1.0:
-            return
-        self.last_shown = now
-        if force or now - self.last_note >= self.NOTE_EVERY_S:
-            self.last_note = now
-            total = self.clock.note(now)
-        else:
-            total = self.clock.total(now)
-        elapsed = now - (self.clock.started or now)
-        if total:
-            self.tqdm.n = min(1000, int(1000 * elapsed / total))
-            self.tqdm.set_postfix_str(f"about {_minutes(max(0.0, total - elapsed))} left; {self.label}", refresh=False)
-        else:
-            self.tqdm.set_postfix_str(f"measuring this machine; {self.label}", refresh=False)
-        self.tqdm.refresh()
-
-    def write(self, line: str) -> None:
-        """Print ``line`` above the bar (the bar is drawn again below it)."""
-        self.tqdm.write(line, file=self.tqdm.fp)
-
-    def close(self) -> None:
-        self.tqdm.n = 1000
-        self.tqdm.set_postfix_str(self.label, refresh=False)
-        self.tqdm.close()
-
-
 def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the ablation; writes ``fastenv_bench.json`` and ``fastenv_bench.png`` in ``cfg.out`` (or, where
     ``cfg.out`` names a ``.json`` file, that file and the chart beside it as ``.png``).
@@ -554,7 +381,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
     """
     import torch
 
-    from fastenv.policy import ChunkPolicy
+    from fastenv.bench.policies import ChunkPolicy
     from fastenv.vector.progress import lines_through
 
     cfg.check()
@@ -567,12 +394,14 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
     samples: dict[str, list[dict[str, Any]]] = {v.name: [] for v in chosen}
     vec = None
     builds = 0
-    bar = _Bar(clock)
+    bar = ProgressBar(clock)
     routed = lines_through(bar.write)  # the vector env's build lines, printed above the bar
     routed.__enter__()
     try:
         os.sched_setaffinity(0, policy_cores)  # env processes pin themselves to env_cores
-        device = _device(cfg.device, policy_cores)
+        device = policy_device(cfg.device)
+        if device.type == "cpu":
+            torch.set_num_threads(len(policy_cores))  # the policy's own cores; the rest are the simulators'
         vla = VLACost(cfg, device)
         index = 0
         for r in range(cfg.rounds):
@@ -615,7 +444,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
                     total = clock.total(now)
                     announced = {"total_s": round(total, 1), "at_s": round(now - clock.started, 1)}  # type: ignore[arg-type, operator]
                     if announce is not None and index < len(clock.parts):
-                        announce(f"about {_minutes(total)} in all on this machine ({variant.name}'s first round took "  # type: ignore[arg-type]
+                        announce(f"about {minutes(total)} in all on this machine ({variant.name}'s first round took "  # type: ignore[arg-type]
                                  f"{now - clock.started:.0f} s here, its build included; the other configurations "
                                  "estimated from it by their reference ratios until each has run once)")
     finally:
@@ -634,7 +463,7 @@ def run(cfg: BenchConfig, only: list[str] | None = None, announce: Callable[[str
         "policy_cores": policy_cores,
         "env_cores": env_cores,
         "vector_env_builds": builds,  # one per kind of build (stock, slim, chunked) and round
-        "episode_lengths": episode_lengths(cfg),
+        "episode_lengths": episode_lengths(cfg.num_envs, cfg.episode_steps, cfg.seed),
         "results": rows,
         # The run's own time: what was announced after the first part, the bar's estimate of the whole
         # run as it went ((elapsed, estimated total) in seconds), and what each part took here.
@@ -669,7 +498,7 @@ def summarize(chosen: list[Variant], samples: dict[str, list[dict[str, Any]]], e
         # The floor: the env work (CPU seconds of the envs' calls) spread over the env cores.
         cpu = [s["env_cpu_s"] for s in runs if s.get("env_cpu_s")]
         floor = statistics.median(1000.0 * c / s["env_steps"] for c, s in zip(cpu, runs)) / env_cores if cpu else None
-        same = compare_trajectories([s["trajectories"] for s in runs], [s["trajectories"] for s in samples[base_name]])
+        same = compare([s["trajectories"] for s in runs], [s["trajectories"] for s in samples[base_name]])
         envs_rounds = [paths for s in runs for paths in s.get("fast_paths", [])]
         served = {path: sum(bool(p.get(path)) for p in envs_rounds) for path in dict.fromkeys(k for p in envs_rounds for k in p)}
         missing = [path for path in variant.paths if served.get(path, 0) < len(envs_rounds) or not envs_rounds]
@@ -717,101 +546,3 @@ def add_overlap(rows: list[dict[str, Any]]) -> None:
             }
 
 
-def format_overlap(rows: list[dict[str, Any]]) -> list[str]:
-    lines = []
-    for r in rows:
-        o = r.get("overlap")
-        if o:
-            lines.append(
-                f"{r['config']}: {o['gain_x']:.2f}x {o['reference']}, where perfect overlap gives {o['bound_x']:.2f}x "
-                f"(env {o['env_ms_per_env_step']:.1f} + policy {o['policy_ms_per_env_step']:.1f} ms per env step, "
-                f"over the larger); this row's policy: {r['breakdown_ms_per_env_step'].get('policy', 0.0):.1f} ms per env step"
-            )
-    return lines
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    headers = ["configuration", "env-steps/s", "spread", "x Default", "ms/env step", "x floor", "same data", *CATEGORIES]
-    cells = []
-    for r in rows:
-        b = r["breakdown_ms_per_env_step"]
-        parts = [f"{b[c]:.1f}" if c in b else "-" for c in CATEGORIES]
-        if "env (stock, not broken down)" in b:
-            parts[0] = f"({b['env (stock, not broken down)']:.1f} env)"
-        same = r["same_data_as_default"]
-        same_cell = "reference" if r is rows[0] else (f"yes ({same['chunks_compared']} chunks)" if same["equal"] else f"NO: {same['first_difference']}")
-        name = r["config"]
-        missing = r.get("own_fast_paths_not_served")
-        if missing:  # never labelled as if its own path had served
-            name += f" [NOT SERVED: {', '.join(missing)}]"
-        cells.append(
-            [name, f"{r['env_steps_per_s']:.1f}", f"{r['spread_env_steps_per_s']:.1f}", f"{r['speedup_vs_default']:.2f}",
-             f"{r['ms_per_env_step']:.1f}", f"{r['x_floor']:.2f}" if r["x_floor"] else "-", same_cell, *parts]
-        )
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
-    lines.append(
-        "(breakdown: ms per env step; physics = sub-steps without observation, step = the last sub-step of a "
-        "chunk with its observation, observe = observations on their own; env-process time summed over processes; "
-        "same data: each env's rewards, dones and kept observations, chunk by chunk, equal Default's; "
-        "NOT SERVED: the configuration's own fast path stepped aside in some env, the JSON's fast_paths_served says where)"
-    )
-    lines += format_overlap(rows)
-    lines.append(renderer_line(rows))
-    return "\n".join(lines)
-
-
-def plot(payload: dict[str, Any], path: str | Path) -> Path:
-    """Draw a run's chart from its payload (``run``'s, or its JSON read back) into ``path``.
-
-    Example:
-        >>> plot(json.loads(Path("results/fastenv_bench_2core_avx512.json").read_text()), "bench.png")
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = _figure(payload)
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _figure(payload: dict[str, Any]) -> Any:
-    """``plot``'s figure: throughput with its ratio to Default, and where each configuration's time goes."""
-    import matplotlib.pyplot as plt
-
-    rows, cfg = payload["results"], payload["config"]
-    names = [r["config"] for r in rows]
-    # constrained layout keeps the titles, tick labels and the legend below inside the figure
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), layout="constrained")
-    values = [r["env_steps_per_s"] for r in rows]
-    errors = [r["spread_env_steps_per_s"] / 2 for r in rows]
-    bars = left.bar(range(len(rows)), values, yerr=errors, color=["#9e9e9e"] + ["#1f77b4"] * (len(rows) - 1))
-    for bar, row, error in zip(bars, rows, errors):
-        left.annotate(f"{row['speedup_vs_default']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height() + error),
-                      xytext=(0, 2), textcoords="offset points", ha="center", va="bottom")
-    left.margins(y=0.12)  # room above the tallest bar for its label
-    left.set_xticks(range(len(rows)), names, rotation=25, ha="right")
-    left.set_ylabel("env-steps/s (higher is better)")
-    left.set_title(f"LIBERO {cfg['suite']} task {cfg['task_id']}, {cfg['num_envs']} envs, {cfg['camera_size']}px")
-    colors = {"physics": "#1f77b4", "step": "#17becf", "observe": "#ff7f0e", "reset": "#2ca02c", "transport_wait": "#9467bd",
-              "policy": "#d62728", "env (stock, not broken down)": "#9e9e9e"}
-    totals = np.array([sum(r["breakdown_ms_per_env_step"].values()) or 1.0 for r in rows])
-    left_edge = np.zeros(len(rows))
-    for key, color in colors.items():
-        share = np.array([r["breakdown_ms_per_env_step"].get(key, 0.0) for r in rows]) / totals
-        if share.any():
-            right.barh(range(len(rows)), share, left=left_edge, color=color, label=key)
-            left_edge += share
-    right.set_yticks(range(len(rows)), names)
-    right.invert_yaxis()
-    right.set_xlim(0.0, 1.0)
-    right.set_xlabel("share of the time accounted for")
-    right.set_title("where the time goes\n(env processes summed; policy in this process)")
-    # below the axes, off the bars
-    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, fontsize=8, frameon=False)
-    return fig
