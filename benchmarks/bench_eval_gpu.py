@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     from _common import machine
 
     from fastenv.conformance import success_schedule
-    from fastenv.eval import Protocol, parse_tasks, run
+    from fastenv.eval import EvalConfig, Protocol, parse_tasks, run
     from fastenv.eval.command import report
 
     os.environ["FASTENV_SUCCESS_AFTER"] = str(after)
@@ -168,9 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     protocol = Protocol(**{k: v for k, v in (("camera_size", camera), ("max_steps", steps)) if v is not None})
     start_wall = time.perf_counter()
     start = time.monotonic()
-    payload = run(policies if len(policies) > 1 else policies[0], "libero_spatial", tasks=parse_tasks(tasks), episodes=episodes,
-                  protocol=protocol, workers=workers, envs_per_worker=args.envs_per_worker, max_batch=args.max_batch,
-                  batch_timeout=args.batch_timeout, time_limit=args.seconds, progress=not args.no_progress)
+    config = EvalConfig(suites="libero_spatial", tasks=parse_tasks(tasks), episodes=episodes, protocol=protocol, workers=workers,
+                        envs_per_worker=args.envs_per_worker, max_batch=args.max_batch, batch_timeout=args.batch_timeout,
+                        time_limit=args.seconds, progress=not args.no_progress)
+    payload = run(policies if len(policies) > 1 else policies[0], config)
     seconds = time.perf_counter() - start_wall
     print(report(payload, args.out))
     r = payload["run"]

@@ -400,7 +400,7 @@ def vla_eval_row(tasks: int, episodes: int, cost: str | None, *, shards: int, ma
 
 
 def fastenv_row(tasks: int, episodes: int, cost: str | None, *, workers: int) -> dict[str, Any]:
-    from fastenv.eval import CallablePolicy, CostlyPolicy, run
+    from fastenv.eval import CallablePolicy, CostlyPolicy, EvalConfig, run
 
     def batch_policy(batch: dict[str, Any]) -> list[np.ndarray]:
         keys = ("observation/image", "observation/wrist_image", "observation/state")
@@ -411,8 +411,8 @@ def fastenv_row(tasks: int, episodes: int, cost: str | None, *, workers: int) ->
         policy = CostlyPolicy(policy, cost)
     before = _rusage()
     start = time.perf_counter()
-    payload = run(policy, SUITE, tasks=list(range(tasks)), episodes=episodes, seed=SEED, workers=workers,
-                  record_actions=True, progress=False)
+    payload = run(policy, EvalConfig(suites=SUITE, tasks=list(range(tasks)), episodes=episodes, seed=SEED, workers=workers,
+                                     record_actions=True, progress=False))
     seconds = time.perf_counter() - start
     cpu = _cpu_since(before)
     results = {r["id"]: {"success": bool(r["success"]), "length": int(r["length"]), "actions": r["actions"]} for r in payload["episodes"]}

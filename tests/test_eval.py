@@ -31,6 +31,7 @@ from fastenv.eval import (
     ProjectionPolicy,
     Protocol,
     Request,
+    EvalConfig,
     episode_list,
     parse_tasks,
     resize_with_pad,
@@ -42,6 +43,11 @@ from fastenv.eval.protocol import check_chunk
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = {"protocol": Protocol(camera_size=64, max_steps=12), "episodes": 4, "tasks": [0], "progress": False}
 KEYS = ("success", "length", "return", "actions_sha256")
+
+
+def evaluate(policy, suites, **options):
+    """``fastenv.eval.run`` with the config of ``suites`` and ``options``."""
+    return run(policy, EvalConfig(suites=suites, **options))
 
 
 def _with_hook(hook):
@@ -151,7 +157,7 @@ def test_every_suite_of_libero_pro_is_run_or_refused_before_anything_runs_saying
     with pytest.raises(ValueError, match="did you mean 'libero_spatial_swap'"):
         episode_list(["libero_spatial_swp"])
     with pytest.raises(ValueError, match="libero_mine has no published step budget"):  # refused before a worker starts
-        run(ProjectionPolicy(), "libero_mine", tasks=[0], episodes=1, workers=1)
+        evaluate(ProjectionPolicy(), "libero_mine", tasks=[0], episodes=1, workers=1)
 
 
 @pytest.fixture
@@ -257,25 +263,63 @@ def test_summaries_count_per_task_and_suite():
     assert s["total"] == {"episodes": 3, "successes": 2, "planned": 4, "success_rate": pytest.approx(2 / 3)}
 
 
-def test_bad_options_are_refused_before_anything_is_built(tmp_path):
+def test_bad_options_are_refused_before_anything_is_built_naming_the_field(tmp_path):
     with pytest.raises(ValueError, match="unknown LIBERO suite"):
-        run(ProjectionPolicy(), "libero_nope")
-    with pytest.raises(ValueError, match="workers must be an int >= 1"):
-        run(ProjectionPolicy(), "libero_spatial", workers=0)
-    with pytest.raises(ValueError, match="not in the list"):
-        run(ProjectionPolicy(), "libero_spatial", tasks=[0], episodes=2, only="libero_spatial/0/5")
+        evaluate(ProjectionPolicy(), "libero_nope")
+    with pytest.raises(ValueError, match=r"EvalConfig.workers must be an int >= 1 \(or None for its default\), got 0"):
+        EvalConfig(workers=0)
+    with pytest.raises(ValueError, match="EvalConfig.only: episode 'libero_spatial/0/5' is not in the list"):
+        evaluate(ProjectionPolicy(), "libero_spatial", tasks=[0], episodes=2, only="libero_spatial/0/5")
     with pytest.raises(TypeError, match="callable on a batch"):
-        run(42, "libero_spatial")
+        evaluate(42, "libero_spatial")
     with pytest.raises(ValueError, match="2 policies need at least 2 workers"):
-        run([ProjectionPolicy(), ProjectionPolicy()], "libero_spatial", workers=1)
+        evaluate([ProjectionPolicy(), ProjectionPolicy()], "libero_spatial", workers=1)
     shared = ProjectionPolicy()
     with pytest.raises(ValueError, match="a policy object of its own"):
-        run([shared, shared], "libero_spatial", workers=2)
-    with pytest.raises(ValueError, match="time_limit must be a number of seconds"):
-        run(ProjectionPolicy(), "libero_spatial", time_limit=-1)
+        evaluate([shared, shared], "libero_spatial", workers=2)
+    with pytest.raises(ValueError, match=r"EvalConfig.time_limit must be a number of seconds >= 0 \(or None\), got -1"):
+        EvalConfig(time_limit=-1)
     (tmp_path / "r.json").write_text("{}")
     with pytest.raises(ValueError, match="exists: resume=True"):
-        run(ProjectionPolicy(), "libero_spatial", out=tmp_path / "r.json")
+        evaluate(ProjectionPolicy(), "libero_spatial", out=tmp_path / "r.json")
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("episodes", 0, "EvalConfig.episodes must be an int >= 1, got 0"),
+    ("seed", 1.5, "EvalConfig.seed must be an int, got 1.5"),
+    ("envs_per_worker", True, "EvalConfig.envs_per_worker must be an int >= 1, got True"),
+    ("retries", -1, "EvalConfig.retries must be an int >= 0, got -1"),
+    ("max_batch", 0, "EvalConfig.max_batch must be an int >= 1"),
+    ("batch_timeout", float("nan"), "EvalConfig.batch_timeout must be a number of seconds >= 0"),
+    ("hang_timeout", None, "EvalConfig.hang_timeout must be a number of seconds >= 0, got None"),
+    ("backend", "slurm", "EvalConfig.backend must be 'local' or 'ray', got 'slurm'"),
+    ("ray_options", {"num_cpus": 1}, "EvalConfig.ray_options are for backend='ray', got backend='local'"),
+    ("context", "fork", "EvalConfig.context must be 'spawn' or 'forkserver'"),
+    ("protocol", "openpie", "unknown protocol 'openpie'"),
+    ("protocol", 5, "EvalConfig.protocol must be 'openpi', 'oft' or a fastenv.eval.Protocol, got 5"),
+    ("suites", 7, "EvalConfig.suites must be a suite's name or a sequence of them, got 7"),
+    ("resume", "yes", "EvalConfig.resume must be True or False, got 'yes'"),
+])
+def test_each_field_is_checked_where_the_config_is_built(field, value, said):
+    with pytest.raises((ValueError, TypeError), match=re.escape(said)):
+        EvalConfig(**{field: value})
+
+
+def test_the_config_normalizes_what_it_takes():
+    config = EvalConfig(suites="libero_goal", only="libero_goal/0/1", protocol="oft")
+    assert config.suites == ("libero_goal",) and config.only == ("libero_goal/0/1",) and config.protocol == Protocol.named("oft")
+    assert EvalConfig(suites=["libero_10", "libero_goal"]).suites == ("libero_10", "libero_goal")
+
+
+def test_the_old_keyword_form_warns_and_builds_the_same_checked_config():
+    with pytest.warns(DeprecationWarning, match=r"run\(policy, fastenv.eval.EvalConfig"), pytest.raises(ValueError, match="unknown LIBERO suite"):
+        run(ProjectionPolicy(), "libero_nope", episodes=1)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="EvalConfig.workers must be an int >= 1"):
+        run(ProjectionPolicy(), "libero_spatial", workers=0)
+    with pytest.raises(TypeError, match=r"unknown options \['worker'\]"):
+        run(ProjectionPolicy(), "libero_spatial", worker=2)
+    with pytest.raises(TypeError, match="run\\(policy, config\\) takes nothing more"):
+        run(ProjectionPolicy(), EvalConfig(), workers=2)
 
 
 # -- whole runs on LIBERO -----------------------------------------------------------------------------
@@ -289,7 +333,7 @@ def reference():
         mp.setenv(success_schedule.VARIABLE, "1")
         mp.setenv("FASTENV_SUCCESS_AFTER", "14")
         mp.setenv("PYTHONPATH", _with_hook(success_schedule.HOOK))
-        return run(ProjectionPolicy(), "libero_spatial", workers=1, envs_per_worker=1, max_batch=1, **SHORT)
+        return evaluate(ProjectionPolicy(), "libero_spatial", workers=1, envs_per_worker=1, max_batch=1, **SHORT)
 
 
 @pytest.mark.libero
@@ -298,10 +342,10 @@ def test_an_episodes_result_is_the_same_over_workers_batches_and_alone(reference
     assert len(ref) == 4 and reference["complete"]
     assert {r[0] for r in ref.values()} == {True} and len({r[1] for r in ref.values()}) > 1  # ended by success, at different steps
     assert reference["run"]["policy"]["mean_batch"] == 1
-    sharded = run(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=2, batch_timeout=5, **SHORT)
+    sharded = evaluate(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=2, batch_timeout=5, **SHORT)
     assert _by_id(sharded) == ref
     assert sharded["run"]["policy"]["mean_batch"] > 1  # it did batch
-    alone = run(ProjectionPolicy(), "libero_spatial", workers=1, only="libero_spatial/0/3", **SHORT)
+    alone = evaluate(ProjectionPolicy(), "libero_spatial", workers=1, only="libero_spatial/0/3", **SHORT)
     assert _by_id(alone) == {"libero_spatial/0/3": ref["libero_spatial/0/3"]}
     # the renders: two cameras at each chunk's start, nothing at the settling steps
     chunks = sum(-(-r["length"] // 5) for r in reference["episodes"])
@@ -313,7 +357,7 @@ def test_a_worker_that_dies_or_hangs_is_replaced_and_its_episodes_come_out_the_s
     from fastenv.eval.worker import FAULTS_VARIABLE
 
     monkeypatch.setenv(FAULTS_VARIABLE, "die@libero_spatial/0/1,hang@libero_spatial/0/2")
-    payload = run(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=1, hang_timeout=20, **SHORT)
+    payload = evaluate(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=1, hang_timeout=20, **SHORT)
     assert payload["run"]["restarts"] == 2
     assert _by_id(payload) == _by_id(reference)
     attempts = {r["id"]: r["attempts"] for r in payload["episodes"]}
@@ -323,7 +367,7 @@ def test_a_worker_that_dies_or_hangs_is_replaced_and_its_episodes_come_out_the_s
 @pytest.mark.libero
 def test_two_episodes_on_two_workers_run_one_on_each_with_the_same_results(reference, scheduled):
     two = ["libero_spatial/0/0", "libero_spatial/0/1"]
-    payload = run(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=2, only=two, **SHORT)
+    payload = evaluate(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=2, only=two, **SHORT)
     assert _by_id(payload) == {k: _by_id(reference)[k] for k in two}
     assert sorted(r["worker"] for r in payload["episodes"]) == [0, 1]  # not both on worker 0 while worker 1 idles
 
@@ -364,7 +408,7 @@ def test_two_policies_serve_their_own_workers_at_once_with_the_single_policys_re
     other_called = threading.Event()
     first = _Recording(meet=other_called)  # its first call waits for the second policy's: calls overlap, or this waits a minute
     second = _Recording(fail_first=True, signal=other_called)  # and its first call's episodes start again, no one else's
-    payload = run([first, second], "libero_spatial", workers=2, envs_per_worker=2, **SHORT)
+    payload = evaluate([first, second], "libero_spatial", workers=2, envs_per_worker=2, **SHORT)
     assert _by_id(payload) == _by_id(reference)
     assert first.workers == {0} and second.workers == {1} and first.opened == second.opened == 1
     assert first.met is True  # the second policy was called while the first one's call was out
@@ -394,14 +438,14 @@ class _BreaksAfter(BatchPolicy):
 def test_a_bad_answer_stops_the_run_naming_the_episode_and_resume_finishes_it_the_same(reference, scheduled, tmp_path):
     out = tmp_path / "results.json"
     with pytest.raises(EvalError, match=r"episode libero_spatial/0/\d: the policy returned non-finite actions"):
-        run(_BreaksAfter(4, np.full((10, 7), np.nan)), "libero_spatial", workers=1, envs_per_worker=1, out=out, **SHORT)
+        evaluate(_BreaksAfter(4, np.full((10, 7), np.nan)), "libero_spatial", workers=1, envs_per_worker=1, out=out, **SHORT)
     stopped = json.loads(out.read_text())
     kept = _by_id(stopped)
     assert not stopped["complete"] and "non-finite" in stopped["stopped"] and 1 <= len(kept) < 4
     assert all(kept[k] == _by_id(reference)[k] for k in kept)  # nothing written is lost or wrong
     with pytest.raises(ValueError, match="holds another episode list"):
-        run(ProjectionPolicy(), "libero_spatial", workers=1, out=out, resume=True, **{**SHORT, "episodes": 3})
-    resumed = run(ProjectionPolicy(), "libero_spatial", workers=2, out=out, resume=True, **SHORT)
+        evaluate(ProjectionPolicy(), "libero_spatial", workers=1, out=out, resume=True, **{**SHORT, "episodes": 3})
+    resumed = evaluate(ProjectionPolicy(), "libero_spatial", workers=2, out=out, resume=True, **SHORT)
     assert resumed["complete"] and resumed["run"]["resumed_from"] == len(kept) and resumed["run"]["episodes_run"] == 4 - len(kept)
     assert _by_id(resumed) == _by_id(reference) == _by_id(json.loads(out.read_text()))
     assert not out.with_name(out.name + ".episodes.jsonl").exists()
@@ -417,18 +461,18 @@ def test_openpis_policy_server_serves_the_episodes_one_connection_per_worker(ref
     server = PolicyServer(lambda obs: {"actions": stand_in.chunk(obs)}, metadata={"name": "projection"}).start()
     try:
         policy = OpenpiPolicy("127.0.0.1", server.port, timeout=30)
-        payload = run(policy, "libero_spatial", workers=2, envs_per_worker=2, **SHORT)
+        payload = evaluate(policy, "libero_spatial", workers=2, envs_per_worker=2, **SHORT)
         assert _by_id(payload) == _by_id(reference)
         assert server.connections == 2 and policy.metadata == {"name": "projection"}
         assert server.requests == payload["run"]["policy"]["served"]
         # a server that stops answering: a bounded wait, the episodes again, then a stop with the reason
         server.stall = True
         with pytest.raises(EvalError, match=r"the policy did not answer \(openpi's policy server at ws://127.0.0.1:\d+: no answer within 2 s"):
-            run(OpenpiPolicy("127.0.0.1", server.port, timeout=2), "libero_spatial", workers=1, retries=1, **SHORT)
+            evaluate(OpenpiPolicy("127.0.0.1", server.port, timeout=2), "libero_spatial", workers=1, retries=1, **SHORT)
     finally:
         server.stop()
     with pytest.raises(EvalError, match="did not answer.*(ConnectionRefused|OSError|refused)"):
-        run(OpenpiPolicy("127.0.0.1", server.port, timeout=5), "libero_spatial", workers=1, retries=0, **SHORT)
+        evaluate(OpenpiPolicy("127.0.0.1", server.port, timeout=5), "libero_spatial", workers=1, retries=0, **SHORT)
 
 
 def test_a_remote_policy_that_cannot_answer_some_requests_serves_the_others():
@@ -526,7 +570,7 @@ def test_ray_actors_run_the_episodes_with_the_same_results_and_replace_a_lost_on
     if started:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False)
     try:
-        payload = run(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=1, backend="ray",
+        payload = evaluate(ProjectionPolicy(), "libero_spatial", workers=2, envs_per_worker=1, backend="ray",
                       ray_options={"num_cpus": 0.5, "runtime_env": {"env_vars": env_vars}}, **SHORT)
     finally:
         if started:

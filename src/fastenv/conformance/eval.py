@@ -131,7 +131,7 @@ def differences(ref: dict[str, dict[str, Any]], results: Sequence[dict[str, Any]
 
 def compare(root: Path, *, suites: Sequence[tuple[str, int]], trials: int, settings: Sequence[tuple] = SETTINGS,
             policies: Sequence[str] = ("projection", "network")) -> dict[str, Any]:
-    from fastenv.eval import Protocol, run
+    from fastenv.eval import EvalConfig, Protocol, run
 
     rows = []
     for name in policies:
@@ -143,8 +143,8 @@ def compare(root: Path, *, suites: Sequence[tuple[str, int]], trials: int, setti
                     "lengths": [e["length"] for e in ref["episodes"].values()], "openpi seconds": ref["seconds"]}
             for workers, max_batch, timeout in settings:
                 start = time.perf_counter()
-                payload = run(make(), suite, tasks=list(range(tasks)), episodes=trials, workers=workers, max_batch=max_batch,
-                              batch_timeout=timeout, progress=False)
+                payload = run(make(), EvalConfig(suites=suite, tasks=list(range(tasks)), episodes=trials, workers=workers,
+                                                 max_batch=max_batch, batch_timeout=timeout, progress=False))
                 diffs = differences(ref["episodes"], payload["episodes"])
                 how = "tuned" if max_batch is None and timeout is None else f"max_batch {max_batch or 'all slots'}"
                 rows.append({**base, "run": f"fastenv eval, {workers} workers, {how}",
@@ -152,8 +152,8 @@ def compare(root: Path, *, suites: Sequence[tuple[str, int]], trials: int, setti
                              "mean batch": payload["run"]["policy"]["mean_batch"], "camera renders": payload["run"]["camera_renders"]})
                 print(f"{name} {suite} x{tasks}: {rows[-1]['run']}: {'equal' if not diffs else diffs[:3]} ({rows[-1]['seconds']:.0f} s)", flush=True)
             # the negative control: the policy reading every step's observation must not give openpi's results
-            payload = run(make(), suite, tasks=list(range(tasks)), episodes=trials, workers=2, progress=False,
-                          protocol=Protocol(replan_steps=1))
+            payload = run(make(), EvalConfig(suites=suite, tasks=list(range(tasks)), episodes=trials, workers=2, progress=False,
+                                             protocol=Protocol(replan_steps=1)))
             diffs = differences(ref["episodes"], payload["episodes"])
             rows.append({**base, "run": "negative control: a chunk asked at every step", "equal": not diffs,
                          "differences": diffs[:3], "negative control": True})

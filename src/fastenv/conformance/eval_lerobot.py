@@ -187,13 +187,13 @@ def largest_action_difference(ref_actions: dict[str, np.ndarray], results: Seque
 
 def fastenv_run(parts: tuple, suite: str, tasks: Sequence[int], *, n_episodes: int, start_seed: int, protocol: Any, workers: int,
                 max_batch: int | None, batch_timeout: float, record_actions: bool = False) -> dict[str, Any]:
-    from fastenv.eval import run
+    from fastenv.eval import EvalConfig, run
     from fastenv.eval.lerobot import LeRobotPolicy
 
     policy, env_pre, env_post, pre, post = parts
-    return run(LeRobotPolicy(policy, pre, post, env_pre, env_post, name="conformance stand-in"), suite, tasks=list(tasks),
-               episodes=n_episodes, seed=start_seed, protocol=protocol, workers=workers, envs_per_worker=2, max_batch=max_batch,
-               batch_timeout=batch_timeout, record_actions=record_actions, progress=False)
+    config = EvalConfig(suites=suite, tasks=list(tasks), episodes=n_episodes, seed=start_seed, protocol=protocol, workers=workers,
+                        envs_per_worker=2, max_batch=max_batch, batch_timeout=batch_timeout, record_actions=record_actions, progress=False)
+    return run(LeRobotPolicy(policy, pre, post, env_pre, env_post, name="conformance stand-in"), config)
 
 
 def compare(*, suite: str, tasks: Sequence[int], n_episodes: int, n_envs: int, size: int, episode_length: int, start_seed: int,

@@ -10,9 +10,11 @@ policy reads them (a chunk's start) and where a video keeps a frame. docs/eval.m
 Examples:
     >>> import fastenv.eval
     >>> if __name__ == "__main__":
-    ...     payload = fastenv.eval.run(fastenv.eval.ProjectionPolicy(), "libero_spatial", tasks=[0], episodes=2)
+    ...     config = fastenv.eval.EvalConfig(suites="libero_spatial", tasks=[0], episodes=2)
+    ...     payload = fastenv.eval.run(fastenv.eval.ProjectionPolicy(), config)
 """
 
+from fastenv.eval.config import EvalConfig
 from fastenv.eval.episodes import MAX_STEPS, Episode, episode_list, parse_tasks
 from fastenv.eval.policies import (
     BatchPolicy,
@@ -28,7 +30,7 @@ from fastenv.eval.protocol import Protocol, openpi_element, resize_with_pad
 from fastenv.eval.runner import EvalError, format_table, run, summarize
 
 __all__ = [
-    "MAX_STEPS", "BatchPolicy", "CallablePolicy", "CostlyPolicy", "Episode", "EvalError", "OpenpiPolicy", "PolicyUnavailable",
+    "MAX_STEPS", "BatchPolicy", "CallablePolicy", "CostlyPolicy", "Episode", "EvalConfig", "EvalError", "OpenpiPolicy", "PolicyUnavailable",
     "ProjectionPolicy", "Protocol", "Request", "episode_list", "format_table", "openpi_element", "parse_tasks", "resize_with_pad",
     "run", "stack_elements", "summarize",
 ]

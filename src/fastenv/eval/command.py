@@ -167,6 +167,7 @@ def list_suites(out: str | None) -> int:
 
 
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from fastenv.eval.config import EvalConfig
     from fastenv.eval.policies import CostlyPolicy
     from fastenv.eval.protocol import Protocol
     from fastenv.eval.runner import EvalError, run
@@ -192,18 +193,19 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             from fastenv.eval.runner import _as_policy
 
             policies = [CostlyPolicy(_as_policy(p), args.policy_cost) for p in policies]
+        suites = args.suite or ["libero_spatial"]
+        config = EvalConfig(
+            suites=suites, tasks=tasks, episodes=args.episodes, seed=args.seed, protocol=protocol, only=args.episode, workers=args.workers,
+            envs_per_worker=args.envs_per_worker, max_envs=args.max_envs, max_batch=args.max_batch, batch_timeout=args.batch_timeout,
+            hang_timeout=args.hang_timeout, retries=args.retries, out=args.out, resume=args.resume, video=args.video,
+            video_dir=args.video_dir, progress=not args.no_progress, backend=args.backend, time_limit=args.time_limit,
+            ray_options={"address": args.ray_address, "num_cpus": args.ray_num_cpus} if args.backend == "ray" else None)
     except (ValueError, TypeError, ImportError) as exc:
         parser.error(str(exc))
-    suites = args.suite or ["libero_spatial"]
     print(f"fastenv eval: {', '.join(suites)}, {'all tasks' if tasks is None else f'tasks {args.tasks}'}, {args.episodes} episodes per "
           f"task ({protocol.replan_steps} actions a chunk, {protocol.num_steps_wait} settling steps)", file=sys.stderr, flush=True)
     try:
-        payload = run(policies if len(policies) > 1 else policies[0], suites, tasks=tasks, episodes=args.episodes, seed=args.seed, protocol=protocol, only=args.episode,
-                      workers=args.workers, envs_per_worker=args.envs_per_worker, max_envs=args.max_envs, max_batch=args.max_batch,
-                      batch_timeout=args.batch_timeout, hang_timeout=args.hang_timeout, retries=args.retries, out=args.out,
-                      resume=args.resume, video=args.video, video_dir=args.video_dir, progress=not args.no_progress,
-                      backend=args.backend, time_limit=args.time_limit,
-                      ray_options={"address": args.ray_address, "num_cpus": args.ray_num_cpus} if args.backend == "ray" else None)
+        payload = run(policies if len(policies) > 1 else policies[0], config)
     except ValueError as exc:
         parser.error(str(exc))
     except EvalError as exc:

@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import multiprocessing
 import multiprocessing.connection
 import os
 import sys
 import time
+import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from fastenv.eval.config import EvalConfig
 from fastenv.eval.episodes import Episode, episode_list
 from fastenv.eval.policies import (
     BatchPolicy,
@@ -46,7 +47,7 @@ from fastenv.eval.policies import (
 from fastenv.eval.protocol import Protocol, check_chunk
 from fastenv.eval.serving import Lane, lane_workers, share_of_cpus
 
-__all__ = ["EvalError", "run", "summarize", "format_table"]
+__all__ = ["EvalConfig", "EvalError", "run", "summarize", "format_table"]
 
 
 class EvalError(RuntimeError):
@@ -472,34 +473,184 @@ def _policy_figures(lanes: Sequence[Lane], seconds: float) -> tuple[dict[str, An
             "busy_share": float(np.mean(shares)) if shares else None}, each  # the policies' mean share
 
 
-def run(
-    policy: Any,
-    suites: Sequence[str] | str = ("libero_spatial",),
-    *,
-    tasks: Sequence[int] | None = None,
-    episodes: int = 50,
-    seed: int = 7,
-    protocol: Protocol | str = "openpi",
-    only: Sequence[str] | str | None = None,
-    workers: int | None = None,
-    envs_per_worker: int = 2,
-    max_envs: int | None = None,
-    max_batch: int | None = None,
-    batch_timeout: float | None = None,
-    hang_timeout: float = 600.0,
-    retries: int = 2,
-    out: str | os.PathLike | None = None,
-    resume: bool = False,
-    video: int = 0,
-    video_dir: str | os.PathLike | None = None,
-    record_actions: bool = False,
-    progress: bool = True,
-    context: str = "spawn",
-    backend: str = "local",
-    ray_options: dict[str, Any] | None = None,
-    time_limit: float | None = None,
-) -> dict[str, Any]:
-    """Evaluate ``policy`` on every episode of ``suites`` and return (and write to ``out``) the results.
+def _config(config: Any, args: tuple, kwargs: dict[str, Any]) -> EvalConfig:
+    """``run``'s config: the ``EvalConfig`` given, the defaults, or the old keyword form's arguments
+    (``run(policy, suites, tasks=..., ...)``: built into one, with a DeprecationWarning)."""
+    if isinstance(config, EvalConfig):
+        if args or kwargs:
+            raise TypeError(f"run(policy, config) takes nothing more; got {len(args)} more arguments and {sorted(kwargs)}: "
+                            "set them in the EvalConfig")
+        return config
+    if config is None and not args and not kwargs:
+        return EvalConfig()
+    if args:
+        raise TypeError(f"run(policy, suites, **options) takes the options by keyword; got {len(args)} more positional arguments")
+    unknown = sorted(set(kwargs) - set(EvalConfig.field_names()))
+    if unknown:
+        raise TypeError(f"run() got unknown options {unknown}; expected some of {EvalConfig.field_names()}")
+    warnings.warn("fastenv.eval.run(policy, suites, **options) is deprecated and goes in the next release: "
+                  "run(policy, fastenv.eval.EvalConfig(suites=..., **options))", DeprecationWarning, stacklevel=3)
+    return EvalConfig(**({"suites": config} if config is not None else {}), **kwargs)
+
+
+def _check_policies(policies: Sequence[BatchPolicy], config: EvalConfig) -> None:
+    """What the config asks of the policies: a protocol they can answer, a worker each at least."""
+    protocol = config.protocol
+    assert isinstance(protocol, Protocol)
+    policy = policies[0]
+    if not policy.reads_chunk_starts_only and protocol.replan_steps != 1:
+        raise ValueError(f"{type(policy).__name__} answers one action per observation (its server reads every step): the protocol "
+                         f"must ask at every step, replan_steps=1 (--replan-steps 1), got {protocol.replan_steps}")
+    if config.workers is not None and config.workers < len(policies):
+        raise ValueError(f"{len(policies)} policies need at least {len(policies)} workers (worker w is served by policy "
+                         f"w % {len(policies)}), got EvalConfig.workers={config.workers}")
+
+
+@dataclass
+class _Plan:
+    """What a run will do, fixed before anything starts: the episode list (and its digest), the
+    episodes to run (without those ``out`` already holds), the ones to film, and the layout."""
+
+    the_list: list[Episode]
+    todo_list: list[Episode]  # the list, or ``only``'s episodes
+    digest: str
+    out: Path | None
+    written: dict[str, dict[str, Any]]
+    films: set[str]
+    video_dir: str | None
+    todo: list[Episode]
+    workers: int
+    max_envs: int
+
+    @classmethod
+    def make(cls, config: EvalConfig) -> _Plan:
+        protocol = config.protocol
+        assert isinstance(protocol, Protocol)
+        the_list = episode_list(config.suites, tasks=config.tasks, episodes=config.episodes, seed=config.seed)
+        for suite in dict.fromkeys(e.suite for e in the_list):
+            protocol.steps_for(suite)  # a suite without a published budget needs max_steps: refused before anything starts
+        todo_list = the_list
+        if config.only is not None:
+            known = {e.id: e for e in the_list}
+            for episode in config.only:
+                Episode.from_id(episode, config.seed)  # the id's form
+                if episode not in known:
+                    tasks = config.tasks if config.tasks is not None else "all"
+                    raise ValueError(f"EvalConfig.only: episode {episode!r} is not in the list of suites {list(config.suites)}, tasks "
+                                     f"{tasks}, {config.episodes} episodes per task (give the options the list was made with)")
+            todo_list = [known[e] for e in dict.fromkeys(config.only)]
+        digest = _digest(the_list + [Episode("protocol:" + json.dumps(protocol.as_dict(), sort_keys=True), 0, 0, 0)])
+        out = Path(config.out) if config.out is not None else None
+        written: dict[str, dict[str, Any]] = {}
+        if out is not None:
+            if out.exists() and not config.resume:
+                raise ValueError(f"{out} exists: resume=True (--resume) goes on from it, or give another path")
+            written = _read_written(out, digest) if config.resume else {}
+            out.parent.mkdir(parents=True, exist_ok=True)
+        films: set[str] = set()
+        video_dir = config.video_dir
+        if config.video:
+            if video_dir is None:
+                video_dir = (out.parent / (out.stem + "_videos")) if out is not None else Path("videos")
+            Path(video_dir).mkdir(parents=True, exist_ok=True)
+            try:
+                import imageio  # noqa: F401
+            except ImportError as exc:
+                raise ImportError("videos are written with imageio: pip install imageio imageio-ffmpeg") from exc
+            seen: Counter[tuple[str, int]] = Counter()
+            for e in the_list:
+                if seen[(e.suite, e.task)] < config.video:
+                    films.add(e.id)
+                seen[(e.suite, e.task)] += 1
+        todo = [e for e in todo_list if e.id not in written]
+        workers = config.workers if config.workers is not None else _cpus()
+        workers = max(1, min(workers, len(todo) or 1))
+        max_envs = config.max_envs if config.max_envs is not None else workers * config.envs_per_worker
+        slots = min(workers * config.envs_per_worker, max_envs, max(1, len(todo)))
+        return cls(the_list, todo_list, digest, out, written, films, None if video_dir is None else str(video_dir), todo,
+                   min(workers, slots), max_envs)
+
+
+class _Written:
+    """Each result as it comes: kept, counted on the bar, appended to ``OUT.episodes.jsonl``."""
+
+    def __init__(self, plan: _Plan, progress: bool) -> None:
+        self.results: dict[str, dict[str, Any]] = dict(plan.written)
+        self.lines = None
+        if plan.out is not None:
+            self.lines = open(plan.out.with_name(plan.out.name + ".episodes.jsonl"), "a")  # noqa: SIM115 (closed by finish)
+            if self.lines.tell() == 0:
+                self.lines.write(json.dumps({"episode_list_sha256": plan.digest}) + "\n")
+                self.lines.flush()
+        self.bar = _Progress(len(plan.todo), progress)
+        self.successes = sum(bool(r["success"]) for r in plan.written.values())
+
+    def __call__(self, result: dict[str, Any]) -> None:
+        self.results[result["id"]] = result
+        self.successes += bool(result["success"])
+        if self.lines is not None:
+            self.lines.write(json.dumps(result) + "\n")
+            self.lines.flush()
+        self.bar.update(len(self.results), self.successes)
+
+    def finish(self, plan: _Plan, payload: dict[str, Any]) -> None:
+        """The results JSON, written whole (a complete run's episode lines go)."""
+        if self.lines is None or plan.out is None:
+            return
+        self.lines.close()
+        tmp = plan.out.with_name(plan.out.name + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=1))
+        tmp.replace(plan.out)
+        if payload["complete"]:
+            plan.out.with_name(plan.out.name + ".episodes.jsonl").unlink(missing_ok=True)
+
+
+def _payload(config: EvalConfig, plan: _Plan, state: _Run, written: _Written, seconds: float, error: BaseException | None) -> dict[str, Any]:
+    """The results: the episode list, each episode's result, the success rates, the run's figures."""
+    protocol = config.protocol
+    assert isinstance(protocol, Protocol)
+    results = written.results
+    ran = [r for r in results.values() if r["id"] not in plan.written]
+    unstarted = len(state.queue)
+    if error is None and unstarted:
+        stopped = f"time limit of {config.time_limit:g} s: {unstarted} episodes not started (resume=True goes on)"
+    else:
+        stopped = None if error is None else f"{type(error).__name__}: {error}".splitlines()[0]
+    policy_figures, each_policy = _policy_figures(state.lanes, seconds)
+    lane = state.lanes[0] if len(state.lanes) == 1 else None
+    order = {e.id: i for i, e in enumerate(plan.the_list)}
+    only = None if config.only is None else list(config.only)
+    return {
+        "fastenv_eval": 1,
+        "complete": error is None and all(e.id in results for e in plan.todo_list),
+        "stopped": stopped,
+        "protocol": protocol.as_dict(),
+        "suites": list(config.suites), "tasks": None if config.tasks is None else list(config.tasks),
+        "episodes_per_task": config.episodes, "seed": config.seed,
+        "only": only,
+        "episode_list_sha256": plan.digest,
+        "episode_list": [e.as_dict() for e in plan.the_list],
+        "episodes": sorted(results.values(), key=lambda r: order.get(r["id"], 0)),
+        **summarize(list(results.values()), [e for e in plan.the_list if only is None or e.id in set(only)]),
+        "run": {
+            "seconds": seconds, "episodes_run": len(ran), "resumed_from": len(plan.written),
+            "episodes_per_hour": 3600 * len(ran) / seconds if seconds > 0 and ran else None,
+            "env_steps": sum(r["length"] + protocol.num_steps_wait for r in ran),
+            "camera_renders": sum(r["camera_renders"] for r in ran),
+            "workers": len(state.workers), "env_slots": sum(len(w.slots) for w in state.workers),
+            # B_max, T_max and their choice: the one policy's (with several, each policy's in "policies")
+            "max_batch": lane.max_batch if lane else None, "batch_timeout": lane.batch_timeout if lane else None,
+            "tuned": lane.tuned if lane else None, "restarts": state.restarts,
+            "policy": policy_figures, "policies": each_policy, "time_limit": config.time_limit,
+            # a worker that finished no episode has no figure (None: idle), not 0 MB
+            "worker_max_rss_mb": {w.index: round(w.max_rss_mb, 1) if w.max_rss_mb > 0 else None for w in state.workers},
+            "backend": config.backend,
+        },
+    }
+
+
+def run(policy: Any, config: EvalConfig | None = None, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Evaluate ``policy`` on every episode of ``config`` and return (and write to ``config.out``) the results.
 
     Args:
         policy: a ``BatchPolicy`` (``OpenpiPolicy``, ``VlaEvalPolicy``, ``LeRobotPolicy``, ...) or a
@@ -507,151 +658,37 @@ def run(
             list of them, one per server (GPU) serving the same model: worker ``w`` is served by
             policy ``w % len(policy)``, each batching its own workers' requests, the calls to
             different policies overlapping in time.
-        suites: the LIBERO suites (``episode_list``).
-        tasks: the tasks of each suite (default: all).
-        episodes: episodes per task, on its init states ``0 .. episodes - 1``.
-        seed: the envs' seed, as the reference loops seed them.
-        protocol: the loop's numbers, ``"openpi"`` (default), ``"oft"`` or a ``Protocol``.
-        only: episode ids to run alone (``"libero_spatial/3/17"``), from the same list.
-        workers: worker processes (default: the CPUs this process may use).
-        envs_per_worker: env slots per worker.
-        max_envs: at most this many envs alive in all (default: workers x envs_per_worker).
-        max_batch: B_max, the policy's largest batch. The policy is called when ``max_batch`` envs
-            wait for a chunk, when the oldest has waited ``batch_timeout``, or when every running
-            episode waits. Where neither is given, the first calls run with every env slot and
-            10 ms, then fastenv's tuning model chooses both from the policy's and the envs'
-            measured costs (the JSON's ``run.tuned``; ``fastenv.eval.serving.choose_batching``).
-            With several policies, each has its own B_max and T_max (``run.policies``).
-        batch_timeout: T_max, in seconds.
-        hang_timeout: a worker silent that long while it has work is replaced.
-        retries: restarts of an episode before the run stops.
-        out: the results JSON, refused if it exists unless ``resume``.
-        resume: keep the episodes ``out`` holds and run the others.
-        video: film the first ``video`` episodes of each task (every step's third-person frame,
-            at the protocol's frame rate).
-        video_dir: where the videos go (default: beside ``out``).
-        record_actions: keep every action in the results (their digest is always kept).
-        progress: show a progress bar.
-        context: the multiprocessing start method (spawn or forkserver).
-        backend: ``"local"`` (worker processes here) or ``"ray"`` (Ray actors over a cluster).
-        ray_options: where the actors run (the vector env's ``RayOptions``: ``address``,
-            ``num_cpus``, ``num_gpus``, ``resources``, ``placement_strategy``, ``runtime_env``).
-        time_limit: seconds after which no episode starts; those running finish, the payload is
-            marked incomplete, and ``resume`` goes on from it.
+        config: an ``EvalConfig`` (``fastenv.eval.config``: each field documented there); None: its
+            defaults. The old form, ``run(policy, suites, tasks=..., episodes=..., ...)`` with the
+            config's fields as keywords, still works for one release, with a DeprecationWarning.
 
     Returns:
-        The payload written to ``out``: the episode list, each episode's result (success, length,
-        return, the digest of its actions), the success rates per task and suite, and the run's
-        figures (episodes per hour, the policy's calls, batch sizes and busy share, the fit of its
-        cost and the B_max/T_max chosen from it, workers' memory, restarts; per policy in
+        The payload written to ``config.out``: the episode list, each episode's result (success,
+        length, return, the digest of its actions), the success rates per task and suite, and the
+        run's figures (episodes per hour, the policy's calls, batch sizes and busy share, the fit of
+        its cost and the B_max/T_max chosen from it, workers' memory, restarts; per policy in
         ``run.policies``).
 
     Examples:
-        >>> from fastenv.eval import run
+        >>> from fastenv.eval import EvalConfig, run
         >>> from fastenv.eval.policies import ProjectionPolicy
         >>> if __name__ == "__main__":
-        ...     results = run(ProjectionPolicy(), "libero_spatial", tasks=[0], episodes=2, workers=2)
+        ...     results = run(ProjectionPolicy(), EvalConfig(suites="libero_spatial", tasks=[0], episodes=2, workers=2))
     """
+    config = _config(config, args, kwargs)
     policies = _as_policies(policy)
-    policy = policies[0]
-    protocol = Protocol.named(protocol) if isinstance(protocol, str) else protocol
-    if not isinstance(protocol, Protocol):
-        raise TypeError(f"protocol must be 'openpi', 'oft' or a fastenv.eval.Protocol, got {protocol!r}")
-    if not policy.reads_chunk_starts_only and protocol.replan_steps != 1:
-        raise ValueError(f"{type(policy).__name__} answers one action per observation (its server reads every step): the protocol "
-                         f"must ask at every step, replan_steps=1 (--replan-steps 1), got {protocol.replan_steps}")
-    suites = [suites] if isinstance(suites, str) else list(suites)
-    for name, value, low in (("envs_per_worker", envs_per_worker, 1), ("retries", retries, 0), ("video", video, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    for name, value in (("workers", workers), ("max_envs", max_envs), ("max_batch", max_batch)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be an int >= 1 (or None for its default), got {value!r}")
-    if workers is not None and workers < len(policies):
-        raise ValueError(f"{len(policies)} policies need at least {len(policies)} workers (worker w is served by policy "
-                         f"w % {len(policies)}), got workers={workers}")
-    for name, value in (("batch_timeout", batch_timeout), ("hang_timeout", hang_timeout), ("time_limit", time_limit)):
-        if name in ("batch_timeout", "time_limit") and value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
-    if backend not in ("local", "ray"):
-        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
-    if ray_options is not None and backend != "ray":
-        raise ValueError("ray_options are for backend='ray'")
-    if context not in multiprocessing.get_all_start_methods() or context == "fork":
-        raise ValueError(f"context must be 'spawn' or 'forkserver' (LIBERO's renderer does not survive a fork), got {context!r}")
-    the_list = episode_list(suites, tasks=tasks, episodes=episodes, seed=seed)
-    for suite in dict.fromkeys(e.suite for e in the_list):
-        protocol.steps_for(suite)  # a suite without a published budget needs max_steps: refused before anything starts
-    if only is not None:
-        only = [only] if isinstance(only, str) else list(only)
-        known = {e.id: e for e in the_list}
-        for episode in only:
-            Episode.from_id(episode, seed)  # the id's form
-            if episode not in known:
-                raise ValueError(f"episode {episode!r} is not in the list of suites {suites}, tasks {tasks if tasks is not None else 'all'}, "
-                                 f"{episodes} episodes per task (give the options the list was made with)")
-        todo_list = [known[e] for e in dict.fromkeys(only)]
-    else:
-        todo_list = the_list
-    digest = _digest(the_list + [Episode("protocol:" + json.dumps(protocol.as_dict(), sort_keys=True), 0, 0, 0)])
-    out_path = Path(out) if out is not None else None
-    written: dict[str, dict[str, Any]] = {}
-    if out_path is not None:
-        if out_path.exists() and not resume:
-            raise ValueError(f"{out_path} exists: resume=True (--resume) goes on from it, or give another path")
-        written = _read_written(out_path, digest) if resume else {}
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-    films = set()
-    if video:
-        if video_dir is None:
-            video_dir = (out_path.parent / (out_path.stem + "_videos")) if out_path is not None else Path("videos")
-        Path(video_dir).mkdir(parents=True, exist_ok=True)
-        try:
-            import imageio  # noqa: F401
-        except ImportError as exc:
-            raise ImportError("videos are written with imageio: pip install imageio imageio-ffmpeg") from exc
-        seen: Counter[tuple[str, int]] = Counter()
-        for e in the_list:
-            if seen[(e.suite, e.task)] < video:
-                films.add(e.id)
-            seen[(e.suite, e.task)] += 1
-    todo = [e for e in todo_list if e.id not in written]
-    workers = workers if workers is not None else _cpus()
-    workers = max(1, min(workers, len(todo) or 1))
-    max_envs = max_envs if max_envs is not None else workers * envs_per_worker
-    slots = min(workers * envs_per_worker, max_envs, max(1, len(todo)))
-    workers = min(workers, slots)
-
-    results: dict[str, dict[str, Any]] = dict(written)
-    lines = None
-    if out_path is not None:
-        lines = open(out_path.with_name(out_path.name + ".episodes.jsonl"), "a")  # noqa: SIM115 (closed below)
-        if lines.tell() == 0:
-            lines.write(json.dumps({"episode_list_sha256": digest}) + "\n")
-            lines.flush()
-    bar = _Progress(len(todo), progress)
-    successes = sum(bool(r["success"]) for r in written.values())
-
-    def on_result(result: dict[str, Any]) -> None:
-        nonlocal successes
-        results[result["id"]] = result
-        successes += bool(result["success"])
-        if lines is not None:
-            lines.write(json.dumps(result) + "\n")
-            lines.flush()
-        bar.update(len(results), successes)
-
+    _check_policies(policies, config)
+    plan = _Plan.make(config)
+    written = _Written(plan, config.progress)
     cluster = None
-    if backend == "ray" and todo:
+    if config.backend == "ray" and plan.todo:
         from fastenv.eval.ray_workers import RayCluster
 
-        cluster = RayCluster(ray_options)
-    state = _Run(policies, protocol, todo, workers=workers, envs_per_worker=envs_per_worker, max_envs=max_envs, max_batch=max_batch,
-                 batch_timeout=batch_timeout, hang_timeout=hang_timeout, retries=retries, film=films,
-                 video_dir=None if video_dir is None else str(video_dir), record_actions=record_actions, context=context,
-                 on_result=on_result, time_limit=time_limit, cluster=cluster)
+        cluster = RayCluster(config.ray_options)
+    state = _Run(policies, config.protocol, plan.todo, workers=plan.workers, envs_per_worker=config.envs_per_worker,  # type: ignore[arg-type]
+                 max_envs=plan.max_envs, max_batch=config.max_batch, batch_timeout=config.batch_timeout, hang_timeout=config.hang_timeout,
+                 retries=config.retries, film=plan.films, video_dir=plan.video_dir, record_actions=config.record_actions,
+                 context=config.context, on_result=written, time_limit=config.time_limit, cluster=cluster)
     start = time.perf_counter()
     error: BaseException | None = None
     opened: list[BatchPolicy] = []
@@ -665,53 +702,13 @@ def run(
         raise
     finally:
         seconds = time.perf_counter() - start
-        bar.close()
+        written.bar.close()
         try:
             state.close()
         finally:
             for p in opened:
                 with contextlib.suppress(Exception):  # one policy's failing close does not keep the others open
                     p.close()
-        ran = [r for r in results.values() if r["id"] not in written]
-        unstarted = len(state.queue)
-        if error is None and unstarted:
-            stopped = f"time limit of {time_limit:g} s: {unstarted} episodes not started (resume=True goes on)"
-        else:
-            stopped = None if error is None else f"{type(error).__name__}: {error}".splitlines()[0]
-        policy_figures, each_policy = _policy_figures(state.lanes, seconds)
-        lane = state.lanes[0] if len(state.lanes) == 1 else None
-        order = {e.id: i for i, e in enumerate(the_list)}
-        payload = {
-            "fastenv_eval": 1,
-            "complete": error is None and all(e.id in results for e in todo_list),
-            "stopped": stopped,
-            "protocol": protocol.as_dict(),
-            "suites": suites, "tasks": None if tasks is None else list(tasks), "episodes_per_task": episodes, "seed": seed,
-            "only": only,
-            "episode_list_sha256": digest,
-            "episode_list": [e.as_dict() for e in the_list],
-            "episodes": sorted(results.values(), key=lambda r: order.get(r["id"], 0)),
-            **summarize(list(results.values()), [e for e in the_list if only is None or e.id in set(only)]),
-            "run": {
-                "seconds": seconds, "episodes_run": len(ran), "resumed_from": len(written),
-                "episodes_per_hour": 3600 * len(ran) / seconds if seconds > 0 and ran else None,
-                "env_steps": sum(r["length"] + protocol.num_steps_wait for r in ran),
-                "camera_renders": sum(r["camera_renders"] for r in ran),
-                "workers": len(state.workers), "env_slots": sum(len(w.slots) for w in state.workers),
-                # B_max, T_max and their choice: the one policy's (with several, each policy's in "policies")
-                "max_batch": lane.max_batch if lane else None, "batch_timeout": lane.batch_timeout if lane else None,
-                "tuned": lane.tuned if lane else None, "restarts": state.restarts,
-                "policy": policy_figures, "policies": each_policy, "time_limit": time_limit,
-                # a worker that finished no episode has no figure (None: idle), not 0 MB
-                "worker_max_rss_mb": {w.index: round(w.max_rss_mb, 1) if w.max_rss_mb > 0 else None for w in state.workers},
-                "backend": backend,
-            },
-        }
-        if lines is not None:
-            lines.close()
-            tmp = out_path.with_name(out_path.name + ".tmp")
-            tmp.write_text(json.dumps(payload, indent=1))
-            tmp.replace(out_path)
-            if payload["complete"]:
-                out_path.with_name(out_path.name + ".episodes.jsonl").unlink(missing_ok=True)
+        payload = _payload(config, plan, state, written, seconds, error)
+        written.finish(plan, payload)
     return payload
