@@ -24,7 +24,7 @@ import pufferlib.models
 import pufferlib.pytorch
 import torch
 
-from fastenv.integrations.pufferlib import make
+from fastenv.integrations.pufferlib import make_vec
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     gamma, lam, clip = 0.99**args.chunk, 0.95, 0.2
 
-    envs = make("fastenv/Libero-v0", args.num_envs, num_workers=args.num_workers, chunk=args.chunk,
+    envs = make_vec("fastenv/Libero-v0", args.num_envs, num_workers=args.num_workers, chunk=args.chunk,
                 camera_size=args.camera_size, max_episode_steps=args.max_episode_steps, flatten=True)
     policy = pufferlib.models.Default(envs.driver_env, hidden_size=64)
     optimizer = torch.optim.Adam(policy.parameters(), lr=3e-4)

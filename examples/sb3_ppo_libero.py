@@ -15,7 +15,7 @@ import argparse
 
 from stable_baselines3 import PPO
 
-from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec_env
+from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--camera-size", type=int, default=64)
     parser.add_argument("--n-steps", type=int, default=64)
     args = parser.parse_args()
-    venv = make_vec_env(
+    venv = make_vec(
         "fastenv/Libero-v0",
         args.num_envs,
         num_workers=args.num_workers,

@@ -1,6 +1,6 @@
 """SBX's PPO (Stable-Baselines3 in JAX) on LIBERO through fastenv's vector env.
 
-SBX trains on an SB3 ``VecEnv``: fastenv's ``make_vec_env`` gives one, as for SB3
+SBX trains on an SB3 ``VecEnv``: fastenv's ``make_vec`` gives one, as for SB3
 (examples/sb3_ppo_libero.py); only the import of ``PPO`` changes. SBX's PPO takes flat
 observations and actions (no ``MultiInputPolicy``), so the env is flat: state keys concatenated
 (``flatten=True``), a chunk of 8 actions as one vector of 56. Truncated episodes bootstrap from
@@ -16,7 +16,7 @@ import argparse
 
 from sbx import PPO
 
-from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec_env
+from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--camera-size", type=int, default=64)
     parser.add_argument("--n-steps", type=int, default=64)
     args = parser.parse_args()
-    venv = make_vec_env(
+    venv = make_vec(
         "fastenv/Libero-v0",
         args.num_envs,
         num_workers=args.num_workers,

@@ -2,7 +2,7 @@
 
 The shape of Tianshou's own ``examples/mujoco/mujoco_ppo.py`` (MLP actor and critic, ``PPO``, a
 ``Collector`` per env set, ``OnPolicyTrainerParams`` run by ``algorithm.run_training``), with one
-change: the env sets come from ``fastenv.integrations.tianshou.make_vec_env`` instead of
+change: the env sets come from ``fastenv.integrations.tianshou.make_vec`` instead of
 ``make_mujoco_env``. ``flatten=True`` makes LIBERO's observation one float vector (camera and
 proprioception) and its action one flat chunk (K*7), which that example's networks take. One
 Tianshou env step is one chunk of K simulator steps.
@@ -26,7 +26,7 @@ from tianshou.utils.net.continuous import ContinuousActorProbabilistic, Continuo
 from torch import nn
 from torch.distributions import Distribution, Independent, Normal
 
-from fastenv.integrations.tianshou import make_vec_env
+from fastenv.integrations.tianshou import make_vec
 
 
 def main() -> None:
@@ -46,8 +46,8 @@ def main() -> None:
 
     libero = dict(num_workers=args.num_workers, chunk=args.chunk, camera_size=args.camera_size,
                   max_episode_steps=args.max_episode_steps, flatten=True)
-    training_envs = make_vec_env("fastenv/Libero-v0", args.num_envs, **libero)
-    test_envs = make_vec_env("fastenv/Libero-v0", args.num_test_envs, **libero) if args.num_test_envs else None
+    training_envs = make_vec("fastenv/Libero-v0", args.num_envs, **libero)
+    test_envs = make_vec("fastenv/Libero-v0", args.num_test_envs, **libero) if args.num_test_envs else None
     try:
         space = training_envs.observation_space[0], training_envs.action_space[0]
         training_envs.seed(args.seed)

@@ -1,6 +1,6 @@
 """TorchRL's PPO (its PPO tutorial's pieces: Collector, GAE, ClipPPOLoss) on LIBERO through fastenv.
 
-The one fastenv line is the env: ``fastenv.integrations.torchrl.make_env`` in place of
+The one fastenv line is the env: ``fastenv.integrations.torchrl.make_vec`` in place of
 ``GymEnv(...)``. The env is flat (state keys concatenated into one Box, ``flatten=True``) so the
 tutorial's MLPs take it as they take a MuJoCo env; actions are chunks of 8, flattened to 56.
 One TorchRL frame is one chunk: ``frames_per_batch`` and ``total_frames`` count chunks, and
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--gamma", type=float, default=0.99**8, help="per chunk: 0.99 per simulator step over chunks of 8")
     args = parser.parse_args()
 
-    base = fastenv.integrations.torchrl.make_env(
+    base = fastenv.integrations.torchrl.make_vec(
         "fastenv/Libero-v0", args.num_envs, num_workers=args.num_workers, chunk=args.chunk, camera_size=args.camera_size,
         max_episode_steps=args.max_episode_steps, flatten=True, modalities=["robot0_proprio-state", "object-state"],
     )

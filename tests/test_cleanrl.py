@@ -46,7 +46,7 @@ def patched(source: str) -> str:
 def test_the_readme_lines_import_what_they_use():
     lines = readme_lines()
     assert lines[0] == "import fastenv.integrations.cleanrl"
-    assert lines[1].startswith("envs = fastenv.integrations.cleanrl.make_vec(args.num_envs, args.env_id,")
+    assert lines[1].startswith("envs = fastenv.integrations.cleanrl.make_vec(args.env_id, args.num_envs,")
 
 
 def test_patch_changes_exactly_one_statement():
@@ -119,7 +119,7 @@ def test_make_vec_with_gamma_gives_max_episode_steps_to_the_env_in_simulator_ste
 
     from fastenv.integrations.cleanrl import make_vec
 
-    envs = make_vec(1, gamma=0.9, num_workers=1, camera_size=32, max_episode_steps=12)
+    envs = make_vec("fastenv/Libero-v0", 1, gamma=0.9, num_workers=1, camera_size=32, max_episode_steps=12)
     try:
         envs.reset(seed=0)
         zeros = np.zeros(envs.action_space.shape, np.float32)
@@ -205,7 +205,7 @@ def _rollout_on_libero(side: str, chunk: int) -> dict:
         envs = gym.vector.AsyncVectorEnv([functools.partial(_script_env, chunk)] * 2, context="spawn",
                                          autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     else:
-        envs = fastenv.integrations.cleanrl.make_vec(2, gamma=LIBERO_GAMMA, num_workers=2, **fastenv_options(chunk))
+        envs = fastenv.integrations.cleanrl.make_vec("fastenv/Libero-v0", 2, gamma=LIBERO_GAMMA, num_workers=2, **fastenv_options(chunk))
         if side == "fastenv-altered":  # one reward of one env off by 1e-6
             envs = AlteredReward(envs, call=5, index=1, by=1e-6)
     num_steps, num_envs = LIBERO_STEPS[chunk], 2

@@ -84,7 +84,7 @@ def _run_episode(env: gym.Env) -> tuple[int, int, dict]:
 @pytest.mark.libero
 def test_sb3_ep_len_mean_counts_chunks() -> None:
     """What PPO logs as ``rollout/ep_len_mean`` through fastenv's ``SB3VecEnv`` and ``VecMonitor``
-    (``make_vec_env``'s stack, over an in-process vector env to keep the test short)."""
+    (``make_vec``'s stack, over an in-process vector env to keep the test short)."""
     need("stable_baselines3", "Stable-Baselines3 is not installed")
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback

@@ -1,5 +1,5 @@
-"""PufferLib through PufferVecEnv: what PufferLib's vectorization (``Serial``, ``Multiprocessing``)
-returns over ``GymnasiumPufferEnv`` copies of the stock env, PufferVecEnv returns on fastenv's
+"""PufferLib through PufferLibVecEnv: what PufferLib's vectorization (``Serial``, ``Multiprocessing``)
+returns over ``GymnasiumPufferEnv`` copies of the stock env, PufferLibVecEnv returns on fastenv's
 vector env, step by step and bit for bit: observations (emulated), rewards, terminals, truncations,
 the infos list, teacher actions, agent ids and masks, episodes ending mid-chunk included, on small
 envs; on LIBERO, against ``Multiprocessing`` over LIBERO's own env (chunk 1 and chunk 8), with the
@@ -22,7 +22,7 @@ from fakes import QuietEnv, RandomLengthEnv  # noqa: E402
 from helpers import assert_identical  # noqa: E402
 
 import fastenv  # noqa: E402
-from fastenv.integrations.pufferlib import PufferVecEnv, make  # noqa: E402
+from fastenv.integrations.pufferlib import PufferLibVecEnv, make_vec  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 from fastenv.wrappers.flatten import FlattenActionChunk  # noqa: E402
 
@@ -72,7 +72,7 @@ def test_pufferlib_collects_on_fastenv_what_its_serial_backend_collects(make_env
         reference = collect(ref, 30)
     finally:
         ref.close()
-    with PufferVecEnv(PipelineVectorEnv([make_env] * N, num_workers=2, autoreset_mode="NextStep")) as venv:
+    with PufferLibVecEnv(PipelineVectorEnv([make_env] * N, num_workers=2, autoreset_mode="NextStep")) as venv:
         ours = collect(venv, 30)
     assert_same_data(ours, reference)
     assert ended(reference) >= 8
@@ -85,7 +85,7 @@ def test_pufferlib_collects_on_fastenv_what_its_multiprocessing_backend_collects
         reference = collect(ref, 30)
     finally:
         ref.close()
-    with PufferVecEnv(PipelineVectorEnv([chunked_random_env] * N, num_workers=2, autoreset_mode="NextStep")) as venv:
+    with PufferLibVecEnv(PipelineVectorEnv([chunked_random_env] * N, num_workers=2, autoreset_mode="NextStep")) as venv:
         ours = collect(venv, 30)
     assert_same_data(ours, reference)
     finals = [t for t, out in enumerate(reference[1:], 1) if (out[2] | out[3]).any()]
@@ -102,7 +102,7 @@ def test_the_comparison_catches_same_step_data_passed_off_as_pufferlibs():
         ref.close()
     vector_env = PipelineVectorEnv([chunked_random_env] * N, num_workers=2)
     vector_env.metadata = {**vector_env.metadata, "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
-    with PufferVecEnv(vector_env) as venv:
+    with PufferLibVecEnv(vector_env) as venv:
         wrong = collect(venv, 30)
     with pytest.raises(AssertionError, match=r"recv \d+\[0\]"):  # the observations of the ending step
         assert_same_data(wrong, reference)
@@ -111,9 +111,9 @@ def test_the_comparison_catches_same_step_data_passed_off_as_pufferlibs():
 def test_a_vector_env_that_resets_in_the_same_step_is_refused():
     with PipelineVectorEnv([QuietEnv] * 2, num_workers=1) as vector_env:
         with pytest.raises(ValueError, match="NEXT_STEP autoreset.*got autoreset_mode=AutoresetMode.SAME_STEP"):
-            PufferVecEnv(vector_env)
+            PufferLibVecEnv(vector_env)
     with pytest.raises(ValueError, match="PufferLib resets an ended env on its next step"):
-        make("CartPole-v1", 2, autoreset_mode="SameStep")
+        make_vec("CartPole-v1", 2, autoreset_mode="SameStep")
 
 
 # -- the same data as PufferLib's vectorization of LIBERO's own env ----------------------------------
@@ -121,7 +121,7 @@ def test_a_vector_env_that_resets_in_the_same_step_is_refused():
 # what is compared is its vectorization, pufferlib.vector.make(..., backend=Multiprocessing) over
 # LIBERO's own env (tests/stock_libero.py) in GymnasiumPufferEnv, each env in a worker process of its
 # own, stepped one action at a time (chunk 1) or K at a time by the reference chunk loop, against
-# PufferVecEnv over fastenv's vector env, both driven by the send/recv loop of PufferLib's trainer
+# PufferLibVecEnv over fastenv's vector env, both driven by the send/recv loop of PufferLib's trainer
 # with one seeded policy. Not Serial: it steps its envs in one process, where stock LIBERO envs are
 # not independent (they render into whichever OpenGL context is current and place their scenes with
 # numpy's global generator:
@@ -159,11 +159,11 @@ def _run_libero(side, chunk, shift=False):
         venv = pufferlib.vector.make(puffer_creator(functools.partial(_stock_env, chunk)), num_envs=2,
                                      backend=pufferlib.vector.Multiprocessing, overwork=True)
     elif not shift:
-        venv = make("fastenv/Libero-v0", 2, num_workers=2, episode_statistics=True, **fastenv_options(chunk))
+        venv = make_vec("fastenv/Libero-v0", 2, num_workers=2, episode_statistics=True, **fastenv_options(chunk))
     else:
         vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
                               episode_statistics=True, **fastenv_options(chunk))
-        venv = PufferVecEnv(ShiftedFinalObservation(vector))
+        venv = PufferLibVecEnv(ShiftedFinalObservation(vector))
     try:
         width = venv.single_observation_space.shape[0]
         policy = torch.nn.Sequential(torch.nn.Linear(width, 16), torch.nn.Tanh(), torch.nn.Linear(16, 7 * chunk))
@@ -213,7 +213,7 @@ def _assert_same_libero_data(ours, ref):
 @same_data_on_stock_libero
 def test_pufferlib_on_libero_returns_what_its_multiprocessing_backend_returns_over_stock_libero(chunk, monkeypatch):
     """Every recv (observations, rewards, terminals, truncations, teacher actions, agent ids, masks,
-    and the infos' episode statistics: return and length in simulator steps) of PufferVecEnv over
+    and the infos' episode statistics: return and length in simulator steps) of PufferLibVecEnv over
     fastenv's vector env equals Multiprocessing's over LIBERO's own env, chunk 1 and chunk 8, bit for
     bit; fastenv's own info keys are set aside (at chunk 8 and at 1 alike, fastenv's infos are never
     empty: PufferLib's trainer would log ``success`` and the chunk keys beside the episodes). Not

@@ -182,7 +182,7 @@ def test_a_final_observation_in_place_of_the_reset_one_is_caught(reference, tmp_
 def test_a_vector_env_in_another_autoreset_mode_is_refused():
     envs = PipelineVectorEnv([fakes.FlatRandomLengthEnv] * 2, num_workers=1, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     try:
-        with pytest.raises(ValueError, match=r"needs a vector env with SAME_STEP autoreset .* got AutoresetMode.NEXT_STEP"):
+        with pytest.raises(ValueError, match=r"needs a vector env with SAME_STEP autoreset .* got autoreset_mode=AutoresetMode.NEXT_STEP"):
             RlGamesVecEnv(envs)
     finally:
         envs.close()

@@ -14,7 +14,7 @@ from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
-from fastenv.integrations.sb3 import SB3VecEnv, make_vec_env  # noqa: E402
+from fastenv.integrations.sb3 import SB3VecEnv, make_vec  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 
@@ -171,7 +171,7 @@ def test_per_env_dict_and_tuple_actions_are_batched_as_sb3s_vec_envs_take_them(k
 @pytest.mark.libero
 @pytest.mark.big_memory
 def test_ppo_trains_on_libero_through_the_adapter():
-    venv = make_vec_env("fastenv/Libero-v0", 2, num_workers=2, chunk=4, camera_size=64, max_episode_steps=40)
+    venv = make_vec("fastenv/Libero-v0", 2, num_workers=2, chunk=4, camera_size=64, max_episode_steps=40)
     try:
         model = PPO("MultiInputPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
         before = [p.detach().clone() for p in model.policy.parameters()]
@@ -188,7 +188,7 @@ def test_ppo_trains_on_libero_through_the_adapter():
 # The reference is SB3's collector (PPO's collect_rollouts, its Monitor and its rollout buffer) on
 # SB3's vectorization of LIBERO's own env with each env in a process of its own (SubprocVecEnv),
 # stepped one action at a time (chunk 1) or K at a time by the reference chunk loop
-# (tests/stock_libero.py); fastenv's side is the same PPO on fastenv.integrations.sb3.make_vec_env.
+# (tests/stock_libero.py); fastenv's side is the same PPO on fastenv.integrations.sb3.make_vec.
 
 
 class _Recorder:

@@ -99,7 +99,7 @@ def restart_warnings(caught) -> list:
 
 @pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])
 def test_ppo_leaves_out_the_transition_a_worker_restart_invented(dict_obs):
-    venv = fsb3.make_vec_env(ENV_ID, 2, dict_obs=dict_obs)
+    venv = fsb3.make_vec(ENV_ID, 2, dict_obs=dict_obs)
     try:
         model = PPO(
             "MultiInputPolicy" if dict_obs else "MlpPolicy", venv, n_steps=N_STEPS, batch_size=4, n_epochs=1,
@@ -160,7 +160,7 @@ def test_an_eval_callback_stepping_another_fastenv_env_between_step_and_add_leav
     # EvalCallback evaluates after every training step, before PPO adds it to the buffer, on
     # another fastenv VecEnv whose worker restarts during the evaluations of training steps 0 and
     # KILL_AFTER; the training env restarts at step KILL_AFTER. Only that one is marked.
-    venv = fsb3.make_vec_env(ENV_ID, 2)
+    venv = fsb3.make_vec(ENV_ID, 2)
     evaluated = KillDuringEvaluations(fsb3.SB3VecEnv(PipelineVectorEnv([partial(CountdownEnv, 3)] * 2, num_workers=2)), {1, KILL_AFTER + 1})
     eval_env = fsb3.VecMonitor(evaluated)
     try:
@@ -190,7 +190,7 @@ def test_an_eval_callback_stepping_another_fastenv_env_between_step_and_add_leav
 
 
 def test_without_the_callback_the_rollout_buffer_warns_and_keeps_the_invented_transition():
-    venv = fsb3.make_vec_env(ENV_ID, 2)
+    venv = fsb3.make_vec(ENV_ID, 2)
     try:
         model = PPO("MlpPolicy", venv, n_steps=N_STEPS, batch_size=4, n_epochs=1, seed=0, device="cpu", policy_kwargs=small(),
                     rollout_buffer_class=fsb3.RolloutBuffer)
@@ -224,7 +224,7 @@ def test_the_callback_refuses_sb3s_own_buffers_before_training(algorithm):
 
 
 def test_sb3s_own_buffer_gets_one_warning_that_names_the_fix():
-    venv = fsb3.make_vec_env(ENV_ID, 2)
+    venv = fsb3.make_vec(ENV_ID, 2)
     try:
         model = PPO("MlpPolicy", venv, n_steps=N_STEPS, batch_size=8, n_epochs=1, seed=0, device="cpu", policy_kwargs=small())
         with warnings.catch_warnings(record=True) as caught:
@@ -240,7 +240,7 @@ def test_sb3s_own_buffer_gets_one_warning_that_names_the_fix():
 
 @pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])
 def test_sac_never_samples_the_transition_a_worker_restart_invented(dict_obs):
-    venv = fsb3.make_vec_env(ENV_ID, 2, dict_obs=dict_obs)
+    venv = fsb3.make_vec(ENV_ID, 2, dict_obs=dict_obs)
     try:
         model = SAC(
             "MultiInputPolicy" if dict_obs else "MlpPolicy", venv, learning_starts=4, batch_size=16, buffer_size=64,

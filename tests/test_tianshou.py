@@ -1,4 +1,4 @@
-"""Tianshou through TianshouVectorEnv: its Collector gathers on fastenv what it gathers on Tianshou's
+"""Tianshou through TianshouVecEnv: its Collector gathers on fastenv what it gathers on Tianshou's
 own DummyVectorEnv over the same small envs and seeds, episode ends (mid-chunk, truncated) included;
 on LIBERO, with PPO's updates, what it gathers on SubprocVectorEnv over LIBERO's own env, chunk 1
 and chunk 8, with a negative control."""
@@ -27,7 +27,7 @@ from tianshou.utils.net.continuous import ContinuousActorProbabilistic, Continuo
 from tianshou.utils.torch_utils import policy_within_training_step  # noqa: E402
 from torch.distributions import Independent, Normal  # noqa: E402
 
-from fastenv.integrations.tianshou import TianshouVectorEnv  # noqa: E402
+from fastenv.integrations.tianshou import TianshouVecEnv  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 
@@ -93,7 +93,7 @@ def reference():
 
 
 def test_the_collector_gathers_what_it_gathers_on_tianshous_dummy_vector_env(reference):
-    venv = TianshouVectorEnv(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2))
+    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2))
     try:
         ours = collect(venv, PLAN)
     finally:
@@ -104,7 +104,7 @@ def test_the_collector_gathers_what_it_gathers_on_tianshous_dummy_vector_env(ref
     assert any(len(call[1]) not in (0, 4) for call in reference[2] if call[0] == "step")  # and steps of some envs only
 
 
-class ShiftedFinal(TianshouVectorEnv):
+class ShiftedFinal(TianshouVecEnv):
     """The negative control: an ended env's step returns its next episode's first observation."""
 
     def step(self, action, id=None):
@@ -127,7 +127,7 @@ def test_a_shifted_final_observation_is_caught(reference):
 
 
 def test_an_ended_env_is_reset_before_it_steps_again_and_seeded_resets_match():
-    venv = TianshouVectorEnv(PipelineVectorEnv([functools.partial(RandomLengthEnv, max_len=1)] * 2, num_workers=1))
+    venv = TianshouVecEnv(PipelineVectorEnv([functools.partial(RandomLengthEnv, max_len=1)] * 2, num_workers=1))
     ref = DummyVectorEnv([functools.partial(RandomLengthEnv, max_len=1)] * 2)
     try:
         for v in (venv, ref):
@@ -150,7 +150,7 @@ def test_an_ended_env_is_reset_before_it_steps_again_and_seeded_resets_match():
 
 
 def test_attributes_reach_the_envs_as_tianshous_workers_read_them():
-    venv = TianshouVectorEnv(PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1))
+    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1))
     try:
         assert venv.get_env_attr("max_len") == [12, 12]
         venv.set_env_attr("max_len", 4, id=[1])
@@ -171,7 +171,7 @@ def test_attributes_reach_the_envs_as_tianshous_workers_read_them():
 # steps its envs in one process, where stock LIBERO envs are not independent (they render into
 # whichever OpenGL context is current and place their scenes with numpy's global generator:
 # tests/test_sb3.py::test_stock_envs_in_one_process_draw_each_others_scenes_and_fastenvs_envs_do_not).
-# fastenv's side is the same collector and PPO on TianshouVectorEnv over fastenv's vector env.
+# fastenv's side is the same collector and PPO on TianshouVecEnv over fastenv's vector env.
 
 
 def _normal(loc_scale):
@@ -229,7 +229,7 @@ def _fastenv_tianshou(chunk, alter=None):
     from stock_libero import fastenv_options
 
     vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))
-    return _train(TianshouVectorEnv(vector if alter is None else alter(vector)), chunk)
+    return _train(TianshouVecEnv(vector if alter is None else alter(vector)), chunk)
 
 
 def _stock_view(value):

@@ -5,7 +5,7 @@ On random-length episodes the reference is TorchRL's default vectorization of si
 which resets each env itself when its episode ends. On LIBERO it is ``ParallelEnv`` over LIBERO's
 own env (``tests/stock_libero.py``), each in a process of its own, at chunk 1 and chunk 8 (the
 reference chunk loop). Negative controls: a shifted final observation, one LIBERO reward altered.
-fastenv's vector env reaches TorchRL through ``fastenv.integrations.torchrl`` (``ResetOnRequest``:
+fastenv's vector env reaches TorchRL through ``fastenv.integrations.torchrl`` (``TorchRLVecEnv``:
 TorchRL's ``DISABLED`` autoreset mode).
 """
 
@@ -22,7 +22,7 @@ from helpers import need  # noqa: I001  (first: a missing module skips, or fails
 need("torchrl")
 
 # First: TorchRL's imports load MuJoCo, and fastenv chooses its GL platform before that.
-from fastenv.integrations.torchrl import ResetOnRequest, make_env, wrap  # noqa: I001
+from fastenv.integrations.torchrl import TorchRLVecEnv, make_vec, wrap  # noqa: I001
 
 import torch  # noqa: E402
 from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
@@ -117,7 +117,7 @@ def test_a_shifted_final_observation_is_caught(stock_data):
 
 
 def test_stepping_an_env_that_ended_before_resetting_it_is_refused():
-    venv = ResetOnRequest(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1))
+    venv = TorchRLVecEnv(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1))
     try:
         obs, _ = venv.reset(seed=0)
         action = np.zeros((2, CHUNK, 3), np.float32)
@@ -141,7 +141,7 @@ def test_stepping_an_env_that_ended_before_resetting_it_is_refused():
 
 
 def test_a_reset_with_a_seed_resets_again_as_a_single_env_would():
-    venv = ResetOnRequest(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1))
+    venv = TorchRLVecEnv(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1))
     try:
         venv.reset(seed=0)
         while True:
@@ -160,15 +160,15 @@ def test_a_reset_with_a_seed_resets_again_as_a_single_env_would():
 
 def test_only_a_same_step_vector_env_is_taken():
     envs = gym.vector.SyncVectorEnv([RandomLengthEnv], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-    with pytest.raises(ValueError, match="needs a vector env with SAME_STEP autoreset, got AutoresetMode.NEXT_STEP"):
-        ResetOnRequest(envs)
+    with pytest.raises(ValueError, match="needs a vector env with SAME_STEP autoreset .*got autoreset_mode=AutoresetMode.NEXT_STEP"):
+        TorchRLVecEnv(envs)
 
 
 # -- the same data as TorchRL on LIBERO's own env ------------------------------------------------
 # The reference is TorchRL's Collector, with StepCounter and RewardSum, on TorchRL's multi-process
 # vectorization of LIBERO's own env (ParallelEnv over GymWrapper(make_stock(...)): each stock env in a
 # process of its own), stepped one action at a time (chunk 1) or K at a time by the reference chunk loop
-# (tests/stock_libero.py); fastenv's side is the same Collector on fastenv.integrations.torchrl.make_env.
+# (tests/stock_libero.py); fastenv's side is the same Collector on fastenv.integrations.torchrl.make_vec.
 
 LIBERO_SEED = 3
 LIBERO_FRAMES = {1: 40, 8: 6}  # env steps per env and batch, two batches: 80 or 96 simulator steps per env
@@ -214,7 +214,7 @@ def _fastenv_torchrl(chunk: int, alter=None) -> list[dict[str, np.ndarray]]:
     from stock_libero import fastenv_options
 
     if alter is None:
-        env = make_env("fastenv/Libero-v0", 2, num_workers=2, **fastenv_options(chunk))
+        env = make_vec("fastenv/Libero-v0", 2, num_workers=2, **fastenv_options(chunk))
     else:  # the deliberately wrong vector env below TorchRL's adapter
         env = wrap(alter(gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))))
     env.set_seed(LIBERO_SEED)  # TorchRL seeds a vector env as reset(seed=LIBERO_SEED): env i gets LIBERO_SEED + i

@@ -1,11 +1,11 @@
-"""PufferLib's own emulation and vectorization checks, run on ``fastenv.integrations.pufferlib.PufferVecEnv``.
+"""PufferLib's own emulation and vectorization checks, run on ``fastenv.integrations.pufferlib.PufferLibVecEnv``.
 
 PufferLib's ``tests/test.py`` steps a vector env beside independent ``GymnasiumPufferEnv`` copies,
 resetting a copy on the step after its episode ended with reward 0 and no flags
 (``test_puffer_vectorization``), and checks that ``emulation.nativize`` gives back the raw env's
 observation (``test_gymnasium_emulation``); ``tests/test_api.py`` checks that misuse raises
 ``APIUsageError``. Each test below does the same for the vector env under test,
-``PufferVecEnv(PipelineVectorEnv(...))`` over small envs; the comparison with ``Serial`` and
+``PufferLibVecEnv(PipelineVectorEnv(...))`` over small envs; the comparison with ``Serial`` and
 ``Multiprocessing`` themselves is ``tests/test_pufferlib.py``. Not applicable: PettingZoo
 (multi-agent) envs and the Ray backend.
 """
@@ -23,14 +23,14 @@ import pufferlib.emulation  # noqa: E402
 from fakes import FlatRandomLengthEnv, RandomLengthEnv  # noqa: E402
 from helpers import assert_identical  # noqa: E402
 
-from fastenv.integrations.pufferlib import PufferVecEnv  # noqa: E402
+from fastenv.integrations.pufferlib import PufferLibVecEnv  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 N = 3
 
 
 def vec_env(env):
-    return PufferVecEnv(PipelineVectorEnv([env] * N, num_workers=1, autoreset_mode="NextStep"))
+    return PufferLibVecEnv(PipelineVectorEnv([env] * N, num_workers=1, autoreset_mode="NextStep"))
 
 
 @pytest.mark.parametrize("env_cls", [RandomLengthEnv, FlatRandomLengthEnv], ids=["dict", "box"])

@@ -3,7 +3,7 @@ checked on fastenv's SB3 adapter, ``fastenv.integrations.sb3.SB3VecEnv``.
 
 Each test names the SB3 test whose contract it checks. The VecEnv under test is
 ``SB3VecEnv(PipelineVectorEnv(...))`` over the small envs below (in the style of SB3's own test
-envs) and CartPole, and ``fastenv.integrations.sb3.make_vec_env("fastenv/Libero-v0", ...)`` for
+envs) and CartPole, and ``fastenv.integrations.sb3.make_vec("fastenv/Libero-v0", ...)`` for
 LIBERO. The reference for every data comparison is SB3's ``DummyVecEnv`` over the same env
 constructors and seeds, compared bit for bit (types, dtypes, shapes and bytes).
 
@@ -22,7 +22,7 @@ Contracts of SB3's tests that do not apply to fastenv, so have no test here:
   which is not installed in this project's environments: VecVideoRecorder's constructor raises
   DependencyNotInstalled.
 * ``test_vec_deterministic``'s ``make_vec_env("Pendulum-v1", ...)`` part: for an id that is not
-  fastenv's, ``fastenv.integrations.sb3.make_vec_env`` builds Gymnasium's own vector env, not
+  fastenv's, ``fastenv.integrations.sb3.make_vec`` builds Gymnasium's own vector env, not
   fastenv's; its determinism (same seed, same observations) is checked on SB3VecEnv directly.
 * ``test_check_nan``'s last step, ``env.step(np.array([[0, 1], [0, 1]]))`` on one env: it passes
   only because DummyVecEnv hands on whatever rows it gets; fastenv checks that there is one action
@@ -722,7 +722,7 @@ def test_vec_check_nan_raises_on_nan_and_inf():
         venv.reset()
 
 
-# -- LIBERO through make_vec_env ----------------------------------------------------------------
+# -- LIBERO through make_vec ----------------------------------------------------------------
 # Small and cheap: 32-pixel camera, two envs in two workers, chunks of 2 simulator steps, episodes
 # of 6 steps (3 chunks).
 LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=["agentview_image", "robot0_proprio-state"], max_episode_steps=6)
@@ -730,15 +730,15 @@ LIBERO = dict(suite="libero_10", task_id=0, chunk=2, camera_size=32, modalities=
 
 @pytest.mark.libero
 @pytest.mark.big_memory
-def test_make_vec_env_on_libero_follows_the_vec_env_contract():
-    # On LIBERO through make_vec_env (fastenv's VecMonitor on top), against VecMonitor(DummyVecEnv)
+def test_make_vec_on_libero_follows_the_vec_env_contract():
+    # On LIBERO through make_vec (fastenv's VecMonitor on top), against VecMonitor(DummyVecEnv)
     # over the same envs: test_vec_deterministic (seed then reset), reset_infos,
     # test_vecenv_terminal_obs (terminal_observation of the dict observations, episode records),
     # then test_vecenv_custom_calls' get_attr / set_attr / env_method with indices (-1 included),
     # has_attr and test_vec_env_is_wrapped. Each part is checked even where an earlier one broke.
     from fastenv.envs.libero import make_env
 
-    venv = fastenv_sb3.make_vec_env("fastenv/Libero-v0", 2, num_workers=2, **LIBERO)
+    venv = fastenv_sb3.make_vec("fastenv/Libero-v0", 2, num_workers=2, **LIBERO)
     ref = VecMonitor(DummyVecEnv([functools.partial(make_env, **LIBERO)] * 2))
     contracts = Contracts()
     with opened(venv, ref):

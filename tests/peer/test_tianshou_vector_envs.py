@@ -1,8 +1,8 @@
 """Tianshou's vector-env contract (its ``test/base/test_env.py`` and the vector-env parts of
-``test/base/test_collector.py``), checked on ``fastenv.integrations.tianshou.TianshouVectorEnv``.
+``test/base/test_collector.py``), checked on ``fastenv.integrations.tianshou.TianshouVecEnv``.
 
 Each test names the Tianshou test whose contract it checks. The env under test is
-``TianshouVectorEnv(PipelineVectorEnv(...))`` over the small envs below (written for these tests,
+``TianshouVecEnv(PipelineVectorEnv(...))`` over the small envs below (written for these tests,
 in the spirit of Tianshou's test envs) and CartPole; the reference for every data comparison is
 Tianshou's ``DummyVectorEnv`` over the same constructors and seeds: observations, rewards and
 flags bit for bit, infos by value (a Python scalar may come back as a numpy scalar).
@@ -11,7 +11,7 @@ Contracts of Tianshou's tests that do not apply, so have no test here:
 
 * ``test_async_env``, ``test_async_check_id`` and the ``wait_num``/``timeout`` of
   ``test_env_reset_optional_kwargs`` and ``test_async_collector_with_vector_env``: asynchronous
-  stepping is fastenv's own ``recv(max_batch=, timeout=)``; ``TianshouVectorEnv`` is synchronous
+  stepping is fastenv's own ``recv(max_batch=, timeout=)``; ``TianshouVecEnv`` is synchronous
   (``is_async`` False), which Tianshou's ``Collector`` requires anyway.
 * ``test_env_obs_dtype``'s envs whose observations differ in length from env to env: fastenv's
   vector env moves observations through shared memory laid out from one observation space.
@@ -40,7 +40,7 @@ from tianshou.algorithm.algorithm_base import RandomActionPolicy  # noqa: E402
 from tianshou.data import Batch, Collector, VectorReplayBuffer  # noqa: E402
 from tianshou.env import DummyVectorEnv, VectorEnvNormObs  # noqa: E402
 
-from fastenv.integrations.tianshou import TianshouVectorEnv  # noqa: E402
+from fastenv.integrations.tianshou import TianshouVecEnv  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def fns(sizes, nested=False):
 
 
 def pair(env_fns, num_workers=2):
-    return TianshouVectorEnv(PipelineVectorEnv(env_fns, num_workers=num_workers)), DummyVectorEnv(env_fns)
+    return TianshouVecEnv(PipelineVectorEnv(env_fns, num_workers=num_workers)), DummyVectorEnv(env_fns)
 
 
 @pytest.mark.parametrize("nested", [False, True], ids=["array", "dict-with-tuple"])
@@ -86,7 +86,7 @@ def test_vecenv_steps_and_resets_of_ended_envs_match_dummy_vector_env(nested):
 
 def test_attr_unwrapped_set_on_the_unwrapped_env():
     # test_attr_unwrapped: set_env_attr reaches env.unwrapped, under the env's wrappers.
-    ours = TianshouVectorEnv(PipelineVectorEnv([lambda: gym.make("CartPole-v1")], num_workers=1))
+    ours = TianshouVecEnv(PipelineVectorEnv([lambda: gym.make("CartPole-v1")], num_workers=1))
     try:
         ours.set_env_attr("test_attribute", 1337)
         assert ours.get_env_attr("test_attribute") == [1337]
@@ -113,7 +113,7 @@ def test_venv_norm_obs_over_fastenv_equals_it_over_dummy_vector_env():
     # reset gives (array, array of dicts), and the normalized observations and running statistics
     # are those over DummyVectorEnv.
     sizes = [5, 10, 15, 20]
-    ours = VectorEnvNormObs(TianshouVectorEnv(PipelineVectorEnv(fns(sizes), num_workers=2)))
+    ours = VectorEnvNormObs(TianshouVecEnv(PipelineVectorEnv(fns(sizes), num_workers=2)))
     ref = VectorEnvNormObs(DummyVectorEnv(fns(sizes)))
     try:
         obs, info = ours.reset()

@@ -6,7 +6,7 @@ CleanRL's ``ppo_continuous_action.py`` reads a flat Box observation, sends flat 
 ``ClipAction``, ``NormalizeObservation``, an observation clip to [-10, 10], ``NormalizeReward``
 and a reward clip. Replace its env construction statement with:
 
-    envs = fastenv.integrations.cleanrl.make_vec(args.num_envs, gamma=args.gamma)
+    envs = fastenv.integrations.cleanrl.make_vec(args.env_id, args.num_envs, gamma=args.gamma)
 
 which is ``gym.make_vec("fastenv/Libero-v0", ...)`` with ``OPTIONS``, each env wrapped as the
 script's ``make_env`` wraps it (``ppo_continuous_wrappers``). What a chunk changes for the script:
@@ -18,6 +18,7 @@ horizon of an unchunked run); the logged episode return and length are over simu
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -65,18 +66,28 @@ def _wrapped_env(env_id: str, gamma: float, kwargs: dict[str, Any]) -> gym.Env:
     return ppo_continuous_wrappers(gym.make(env_id, **gym_make_kwargs(env_id, kwargs)), gamma)
 
 
-def make_vec(
-    num_envs: int, env_id: str = "fastenv/Libero-v0", *, gamma: float | None = None, **kwargs: Any
-) -> gym.vector.VectorEnv:
-    """A vector env shaped for CleanRL's continuous-action scripts (``OPTIONS``, overridable).
+def make_vec(env_id: Any = "fastenv/Libero-v0", num_envs: Any = None, *, gamma: float | None = None, **kwargs: Any) -> gym.vector.VectorEnv:
+    """``num_envs`` envs of ``env_id``, a vector env shaped for CleanRL's continuous-action scripts
+    (``OPTIONS``, overridable).
 
     With ``gamma`` (the script's ``args.gamma``), each env is wrapped as the script wraps it
     (``ppo_continuous_wrappers``, inside fastenv's workers); without, bare. ``kwargs`` takes the
-    env's options and the vector env's (``num_workers``, ``pipeline_stages``, ...).
+    env's options and the vector env's (``num_workers``, ``pipeline_stages``, ...). The old order,
+    ``make_vec(num_envs, env_id)``, still works for one release, with a DeprecationWarning.
 
     Examples:
-        >>> envs = make_vec(4, gamma=0.99, num_workers=2, chunk=8)
+        >>> envs = make_vec("fastenv/Libero-v0", 4, gamma=0.99, num_workers=2, chunk=8)
     """
+    if isinstance(env_id, (int, np.integer)) and not isinstance(env_id, bool):  # the old order: (num_envs, env_id)
+        warnings.warn("fastenv.integrations.cleanrl.make_vec(num_envs, env_id) is now make_vec(env_id, num_envs), as every "
+                      "adapter's; the old order goes in the next release", DeprecationWarning, stacklevel=2)
+        env_id, num_envs = ("fastenv/Libero-v0" if num_envs is None else num_envs), env_id
+    if num_envs is None:
+        raise TypeError("make_vec(env_id, num_envs): num_envs is required")
+    if not isinstance(env_id, str):
+        raise TypeError(f"make_vec(env_id, num_envs): env_id must be an env id (str), got {env_id!r}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
     options = {**OPTIONS, **kwargs}
     if gamma is None:
         return gym.make_vec(env_id, num_envs=num_envs, **options)
@@ -85,3 +96,6 @@ def make_vec(
     vector = {key: options.pop(key) for key in list(options) if key in VECTOR_OPTIONS}
     env_fn = functools.partial(_wrapped_env, env_id, gamma, options)
     return PipelineVectorEnv([env_fn] * num_envs, **vector)
+
+
+__all__ = ["OPTIONS", "make_vec", "ppo_continuous_wrappers"]

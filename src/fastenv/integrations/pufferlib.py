@@ -22,12 +22,12 @@ backend hands on is PufferLib's own convention:
   generators), as ``Serial`` does and ``Multiprocessing`` with one env per worker (its default);
   with several envs per worker, ``Multiprocessing`` seeds worker w's env j with ``seed + w + j``.
 
-``PufferVecEnv`` gives a fastenv vector env in NEXT_STEP mode exactly that interface, so what
+``PufferLibVecEnv`` gives a fastenv vector env in NEXT_STEP mode exactly that interface, so what
 PufferLib collects on it equals what it collects with ``pufferlib.vector.make(GymnasiumPufferEnv
 creators, backend=Serial or Multiprocessing)`` over the same envs, seeds and actions; on LIBERO,
 ``Multiprocessing`` over LIBERO's own env, chunk 1 and chunk 8 (``tests/test_pufferlib.py``)::
 
-    envs = make("fastenv/Libero-v0", 8, num_workers=2, chunk=8, camera_size=64, flatten=True)
+    envs = make_vec("fastenv/Libero-v0", 8, num_workers=2, chunk=8, camera_size=64, flatten=True)
     envs.async_reset(seed=0)
     obs, rewards, terminals, truncations, _, infos, agent_ids, masks = envs.recv()
 
@@ -51,6 +51,7 @@ import numpy as np
 from fastenv._deps import require
 from fastenv.core.arrays import to_numpy
 from fastenv.core.infos import row_info
+from fastenv.integrations._vector import make_vector_env, renamed, require_autoreset
 
 require("pufferlib", "pufferlib", "PufferLib (pufferlib-core)")
 
@@ -58,6 +59,8 @@ import pufferlib  # noqa: E402
 import pufferlib.emulation  # noqa: E402
 import pufferlib.spaces  # noqa: E402
 import pufferlib.vector  # noqa: E402
+
+_WHY = "PufferLib resets an ended env on its next step"
 
 
 class _DriverEnv:
@@ -73,7 +76,7 @@ class _DriverEnv:
         self.emulated = emulated
 
 
-class PufferVecEnv:
+class PufferLibVecEnv:
     """A Gymnasium vector env with NEXT_STEP autoreset (e.g. ``PipelineVectorEnv``) as a
     ``pufferlib.vector`` backend: ``async_reset``/``send``/``recv``, ``reset``/``step``, the
     buffers, spaces and ``driver_env`` of ``Serial`` and ``Multiprocessing``.
@@ -82,7 +85,7 @@ class PufferVecEnv:
         vector_env: the vector env, in NEXT_STEP autoreset mode; it is closed with this one.
 
     Examples:
-        >>> envs = PufferVecEnv(gym.make_vec("fastenv/Libero-v0", 4, flatten=True, autoreset_mode="NextStep"))
+        >>> envs = PufferLibVecEnv(gym.make_vec("fastenv/Libero-v0", 4, flatten=True, autoreset_mode="NextStep"))
         >>> obs, infos = envs.reset(seed=0)
     """
 
@@ -90,15 +93,10 @@ class PufferVecEnv:
     step = pufferlib.vector.step
 
     def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
-        mode = vector_env.metadata.get("autoreset_mode")
-        if mode != gym.vector.AutoresetMode.NEXT_STEP:
-            raise ValueError(
-                "PufferVecEnv needs a vector env with NEXT_STEP autoreset (PufferLib resets an ended env on its next "
-                f"step), got autoreset_mode={mode}: make it with autoreset_mode='NextStep'"
-            )
+        require_autoreset(vector_env, gym.vector.AutoresetMode.NEXT_STEP, "PufferLibVecEnv", _WHY)
         obs_space, atn_space = vector_env.single_observation_space, vector_env.single_action_space
         if not isinstance(atn_space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-            raise ValueError(f"PufferVecEnv takes Box, Discrete or MultiDiscrete actions, got {atn_space}")
+            raise ValueError(f"PufferLibVecEnv takes Box, Discrete or MultiDiscrete actions, got {atn_space}")
         self.vector_env = vector_env
         self.single_observation_space, self.obs_dtype = pufferlib.emulation.emulate_observation_space(obs_space)
         self.single_action_space, _ = pufferlib.emulation.emulate_action_space(atn_space)
@@ -158,26 +156,22 @@ class PufferVecEnv:
     def close(self) -> None:
         self.vector_env.close()
 
-    def __enter__(self) -> PufferVecEnv:
+    def __enter__(self) -> PufferLibVecEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
-def make(env_id: str, num_envs: int = 1, **make_kwargs: Any) -> PufferVecEnv:
+def make_vec(env_id: str, num_envs: int = 1, **make_kwargs: Any) -> PufferLibVecEnv:
     """``gym.make_vec(env_id, num_envs, autoreset_mode=NEXT_STEP, **make_kwargs)`` as a PufferLib
     backend, where PufferLib's users call ``pufferlib.vector.make(...)``.
 
     Examples:
-        >>> envs = make("fastenv/Libero-v0", 8, num_workers=2, chunk=8, camera_size=64, flatten=True)
+        >>> envs = make_vec("fastenv/Libero-v0", 8, num_workers=2, chunk=8, camera_size=64, flatten=True)
     """
-    if "autoreset_mode" in make_kwargs:
-        raise ValueError(
-            f"PufferLib resets an ended env on its next step (NEXT_STEP), got autoreset_mode={make_kwargs['autoreset_mode']!r}: leave it out"
-        )
-    vector_env = gym.make_vec(env_id, num_envs=num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP, **make_kwargs)
-    return PufferVecEnv(vector_env)
+    return PufferLibVecEnv(make_vector_env(env_id, num_envs, gym.vector.AutoresetMode.NEXT_STEP, "PufferLibVecEnv", _WHY, **make_kwargs))
 
 
-__all__ = ["PufferVecEnv", "make"]
+__all__ = ["PufferLibVecEnv", "make_vec"]
+__getattr__ = renamed(__name__, {"PufferVecEnv": ("PufferLibVecEnv", PufferLibVecEnv), "make": ("make_vec", make_vec)})

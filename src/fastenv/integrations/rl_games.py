@@ -35,6 +35,7 @@ import numpy as np
 from fastenv._deps import require
 from fastenv.core.arrays import to_numpy
 from fastenv.core.infos import row_info
+from fastenv.integrations._vector import make_vector_env, require_autoreset
 
 require("rl_games", "rl-games", "rl_games")
 
@@ -43,6 +44,7 @@ from rl_games.common.ivecenv import IVecEnv  # noqa: E402
 from rl_games.common.tr_helpers import dicts_to_dict_with_arrays  # noqa: E402
 
 VECENV_TYPE = "FASTENV"
+_WHY = "rl_games 1.6.5 reads an ended env's step as its next episode's start"
 
 
 def _fp32(obs: Any) -> Any:
@@ -85,12 +87,7 @@ class RlGamesVecEnv(IVecEnv):
     """
 
     def __init__(self, vector_env: gym.vector.VectorEnv, *, seed: int | None = None, concat_infos: bool = True) -> None:
-        mode = vector_env.metadata.get("autoreset_mode")
-        if mode is not None and mode != gym.vector.AutoresetMode.SAME_STEP:
-            raise ValueError(
-                f"RlGamesVecEnv needs a vector env with SAME_STEP autoreset (rl_games 1.6.5 reads an ended env's "
-                f"step as its next episode's start), got {mode}"
-            )
+        require_autoreset(vector_env, gym.vector.AutoresetMode.SAME_STEP, "RlGamesVecEnv", _WHY)
         self.vector_env = vector_env
         self.num_envs = vector_env.num_envs
         self.concat_infos = concat_infos
@@ -149,7 +146,7 @@ def _create(config_name: str, num_actors: int, **kwargs: Any) -> RlGamesVecEnv:
 
 def _maker(env_id: str, make_kwargs: dict[str, Any]) -> Callable[..., gym.vector.VectorEnv]:
     def make(num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
-        return gym.make_vec(env_id, num_envs=num_envs, **{**make_kwargs, **kwargs})
+        return make_vector_env(env_id, num_envs, gym.vector.AutoresetMode.SAME_STEP, "RlGamesVecEnv", _WHY, **{**make_kwargs, **kwargs})
 
     return make
 
@@ -169,4 +166,15 @@ def register(config_name: str, env_id: str, **make_kwargs: Any) -> None:
     env_configurations.register(config_name, {"vecenv_type": VECENV_TYPE, "env_creator": _maker(env_id, make_kwargs)})
 
 
-__all__ = ["VECENV_TYPE", "RlGamesVecEnv", "register"]
+def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, concat_infos: bool = True, **kwargs: Any) -> RlGamesVecEnv:
+    """``gym.make_vec(env_id, num_envs, **kwargs)`` as an ``RlGamesVecEnv`` (``seed`` seeds its first
+    reset). rl_games' Runner builds its env by name: ``register`` makes one of these for it.
+
+    Examples:
+        >>> envs = make_vec("fastenv/Libero-v0", 4, num_workers=2, chunk=8, camera_size=64, flatten=True, seed=0)
+    """
+    return RlGamesVecEnv(make_vector_env(env_id, num_envs, gym.vector.AutoresetMode.SAME_STEP, "RlGamesVecEnv", _WHY, **kwargs),
+                         seed=seed, concat_infos=concat_infos)
+
+
+__all__ = ["VECENV_TYPE", "RlGamesVecEnv", "make_vec", "register"]

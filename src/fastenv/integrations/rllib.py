@@ -37,10 +37,11 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fastenv.envs import gym_make_kwargs
+from fastenv.integrations._vector import make_vector_env
 from fastenv.vector import VECTOR_OPTIONS, PipelineVectorEnv
 from fastenv.vector.pipeline import autoreset_mode_of
 
-__all__ = ["env_creator"]
+__all__ = ["env_creator", "make_vec"]
 
 _VECTOR_KEYS = (*VECTOR_OPTIONS, "vector_kwargs")
 
@@ -138,3 +139,15 @@ def env_creator(
     if "autoreset_mode" in vector_options:
         _check_next_step(vector_options.pop("autoreset_mode"), "to env_creator")
     return _Creator(env, dict(vector_options), env_id)
+
+
+def make_vec(env_id: str, num_envs: int, **kwargs: Any) -> VectorEnv:
+    """``gym.make_vec(env_id, num_envs, autoreset_mode=NEXT_STEP, **kwargs)``: the vector env RLlib's
+    env runner reads, what ``env_creator(env_id)`` gives it in ``"vector_entry_point"`` mode (for
+    an env runner built by hand, or to look at what it will step).
+
+    Examples:
+        >>> envs = make_vec("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
+    """
+    return make_vector_env(env_id, num_envs, AutoresetMode.NEXT_STEP, "RLlib's env runner",
+                           "it reads an episode's end in Gymnasium's NEXT_STEP autoreset mode", **kwargs)

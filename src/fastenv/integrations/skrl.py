@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import concatenate, create_empty_array
 
@@ -84,4 +85,19 @@ class PPO(FinalObservationBootstrap, _SkrlPPO):
             )
 
 
-__all__ = ["PPO", "FinalObservationBootstrap"]
+def make_vec(env_id: str, num_envs: int, **kwargs: Any) -> Any:
+    """``gym.make_vec(env_id, num_envs, **kwargs)`` through skrl's ``wrap_env`` (its Gymnasium
+    wrapper, torch tensors). fastenv's default autoreset mode, ``SAME_STEP``, is the one ``PPO``
+    here reads final observations from; ``autoreset_mode="NextStep"`` gives skrl's default data.
+
+    Examples:
+        >>> env = make_vec("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
+    """
+    from skrl.envs.wrappers.torch import wrap_env
+
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    return wrap_env(gym.make_vec(env_id, num_envs=int(num_envs), **kwargs), wrapper="gymnasium")
+
+
+__all__ = ["PPO", "FinalObservationBootstrap", "make_vec"]

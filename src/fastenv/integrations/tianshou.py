@@ -4,7 +4,7 @@ Tianshou's ``Collector`` steps the envs it is collecting from (``step(action, id
 episodes ended, stores the step's observation as ``obs_next`` (the final observation, from which
 a truncated episode bootstraps) and then resets the ended envs itself (``reset(env_id)``). fastenv's
 vector env resets an ended env in the same step and hands the final observation on in
-``infos["final_obs"]``. ``TianshouVectorEnv`` gives the Collector what Tianshou's own vector envs
+``infos["final_obs"]``. ``TianshouVecEnv`` gives the Collector what Tianshou's own vector envs
 give it: the final observation and the step's own info as the step's result, and the autoreset's
 observation and info as the answer to the ``reset(env_id)`` that follows. What the Collector
 gathers is then what it gathers on ``DummyVectorEnv`` over the same envs and seeds, and on LIBERO
@@ -12,7 +12,7 @@ what it gathers (PPO's updates included) on ``SubprocVectorEnv`` over LIBERO's o
 chunk 8 (``tests/test_tianshou.py``; not ``DummyVectorEnv`` there: stock LIBERO envs in one process
 draw each other's scenes)::
 
-    envs = TianshouVectorEnv(gym.make_vec("fastenv/Libero-v0", num_envs=8, flatten=True))
+    envs = TianshouVecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=8, flatten=True))
     collector = Collector(algorithm, envs, VectorReplayBuffer(4096, len(envs)))
 
 An ended env must be reset before it is stepped again (Tianshou's Collector always does): its
@@ -24,7 +24,6 @@ Importing this module needs ``pip install -e ".[tianshou]"``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -32,13 +31,17 @@ import numpy as np
 
 from fastenv._deps import require
 from fastenv.core.arrays import get_row, stack_rows, to_numpy
-from fastenv.core.infos import STEP_KEYS, add_info, row_info
+from fastenv.core.infos import add_info, row_info
+from fastenv.integrations._vector import (
+    per_env_seeds,
+    renamed,
+    require_autoreset,
+    split_same_step,
+)
 
 require("tianshou", "tianshou", "Tianshou")
 
 from tianshou.env import BaseVectorEnv  # noqa: E402
-
-_FINAL_KEYS = ("final_obs", "final_info", *STEP_KEYS)
 
 
 def _unwrapped_attr(env: gym.Env, key: str) -> Any:
@@ -59,7 +62,7 @@ def _stack(items: list[Any]) -> np.ndarray:
         return np.array(items, dtype=object)
 
 
-class TianshouVectorEnv(BaseVectorEnv):
+class TianshouVecEnv(BaseVectorEnv):
     """A Gymnasium vector env with SAME_STEP autoreset (e.g. ``PipelineVectorEnv``) as a Tianshou
     ``BaseVectorEnv``.
 
@@ -74,13 +77,12 @@ class TianshouVectorEnv(BaseVectorEnv):
         vector_env: the vector env; it is closed with this one.
 
     Examples:
-        >>> envs = TianshouVectorEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, flatten=True))
+        >>> envs = TianshouVecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, flatten=True))
     """
 
     def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
-        mode = vector_env.metadata.get("autoreset_mode")
-        if mode is not None and mode != gym.vector.AutoresetMode.SAME_STEP:
-            raise ValueError(f"TianshouVectorEnv needs a vector env with SAME_STEP autoreset, got {mode}")
+        require_autoreset(vector_env, gym.vector.AutoresetMode.SAME_STEP, "TianshouVecEnv",
+                          "it holds an ended env's reset until the Collector's reset(env_id)")
         # BaseVectorEnv.__init__ builds one worker per env; here the vector env holds the envs.
         self.vector_env = vector_env
         self.env_num = vector_env.num_envs
@@ -121,14 +123,7 @@ class TianshouVectorEnv(BaseVectorEnv):
     def seed(self, seed: int | list[int] | None = None) -> list[list[int] | None]:
         """Seed env i's action space and reset env i with ``seed + i`` (or ``seed[i]``)."""
         self._assert_is_not_closed()
-        if seed is None:
-            seeds: list[int | None] = [None] * self.env_num
-        elif isinstance(seed, (int, np.integer)):
-            seeds = [int(seed) + i for i in range(self.env_num)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.env_num:
-                raise ValueError(f"seed must be None, an int or {self.env_num} seeds, got {len(seeds)} seeds")
+        seeds = per_env_seeds(seed, self.env_num)
         for space, s in zip(self._action_spaces, seeds):
             space.seed(s)
         self.vector_env.reset(seed=seeds)
@@ -188,11 +183,9 @@ class TianshouVectorEnv(BaseVectorEnv):
             info = row_info(infos, pos)
             info.pop("env_ids", None)
             if terminations[pos] or truncations[pos]:
-                # SAME_STEP: the top-level info is the reset's; the step's own is final_info.
-                reset_info = {key: value for key, value in info.items() if key not in _FINAL_KEYS}
+                reset_info, final_obs, info = split_same_step(info)
                 self._autoreset[i] = (get_row(obs, pos), reset_info)
-                obs_list.append(info["final_obs"])
-                info = dict(info["final_info"])
+                obs_list.append(final_obs)
             else:
                 obs_list.append(get_row(obs, pos))
             info["env_id"] = i
@@ -235,13 +228,14 @@ class TianshouVectorEnv(BaseVectorEnv):
         self.is_closed = True
 
 
-def make_vec_env(env_id: str, num_envs: int, **kwargs: Any) -> TianshouVectorEnv:
+def make_vec(env_id: str, num_envs: int, **kwargs: Any) -> TianshouVecEnv:
     """``gym.make_vec(env_id, num_envs, **kwargs)`` as a Tianshou vector env.
 
     Examples:
-        >>> envs = make_vec_env("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
+        >>> envs = make_vec("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
     """
-    return TianshouVectorEnv(gym.make_vec(env_id, num_envs=num_envs, **kwargs))
+    return TianshouVecEnv(gym.make_vec(env_id, num_envs=num_envs, **kwargs))
 
 
-__all__ = ["TianshouVectorEnv", "make_vec_env"]
+__all__ = ["TianshouVecEnv", "make_vec"]
+__getattr__ = renamed(__name__, {"TianshouVectorEnv": ("TianshouVecEnv", TianshouVecEnv), "make_vec_env": ("make_vec", make_vec)})

@@ -8,14 +8,14 @@ the final observation of a ``Dict`` observation space (TorchRL 0.14). With ``DIS
 mode TorchRL prefers) it resets the envs that ended through ``reset(options={"reset_mask": ...})``,
 the way its ``SerialEnv``/``ParallelEnv`` reset each env, so nothing is read from infos.
 
-``ResetOnRequest`` presents a ``SAME_STEP`` vector env in the ``DISABLED`` mode: a step returns
+``TorchRLVecEnv`` presents a ``SAME_STEP`` vector env in the ``DISABLED`` mode: a step returns
 the final observation (and the step's own info) of an env whose episode ended, and the reset the
 vector env already ran is handed over when TorchRL asks for it. The data a TorchRL collector
 gathers is then the data it gathers on TorchRL's ``SerialEnv`` over the single envs (same seeds,
 same actions), and on LIBERO the data it gathers on ``ParallelEnv`` over LIBERO's own env, each
 in a process of its own (both tested bit for bit)::
 
-    env = fastenv.integrations.torchrl.make_env("fastenv/Libero-v0", 4, num_workers=2, flatten=True)
+    env = fastenv.integrations.torchrl.make_vec("fastenv/Libero-v0", 4, num_workers=2, flatten=True)
 
 Importing this module needs ``pip install -e ".[torchrl]"``.
 """
@@ -32,7 +32,13 @@ from fastenv._deps import require
 from fastenv._validation import BatchTypeError
 from fastenv.backends._gl import configure_mujoco_gl
 from fastenv.core.arrays import get_row, put_rows, tree_map
-from fastenv.core.infos import STEP_KEYS, add_info, row_info
+from fastenv.core.infos import add_info, row_info
+from fastenv.integrations._vector import (
+    per_env_seeds,
+    renamed,
+    require_autoreset,
+    split_same_step,
+)
 
 configure_mujoco_gl()  # TorchRL's import loads MuJoCo: LIBERO's headless GL platform is chosen first
 require("torchrl", "torchrl", "TorchRL")
@@ -46,7 +52,7 @@ def _copy(value: Any) -> Any:
     return clone() if clone is not None else value
 
 
-class ResetOnRequest(gym.vector.VectorWrapper):
+class TorchRLVecEnv(gym.vector.VectorWrapper):
     """A ``SAME_STEP`` vector env seen as ``AutoresetMode.DISABLED``: episode ends wait for ``reset``.
 
     ``step`` returns, for an env whose episode ended, its final observation and its step's info
@@ -56,13 +62,11 @@ class ResetOnRequest(gym.vector.VectorWrapper):
     that ended are reset raises, as the ``DISABLED`` contract requires.
 
     Examples:
-        >>> envs = ResetOnRequest(gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2))
+        >>> envs = TorchRLVecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, num_workers=2))
     """
 
     def __init__(self, env: gym.vector.VectorEnv) -> None:
-        mode = env.metadata.get("autoreset_mode")
-        if mode != AutoresetMode.SAME_STEP:
-            raise ValueError(f"ResetOnRequest needs a vector env with SAME_STEP autoreset, got {mode}")
+        require_autoreset(env, AutoresetMode.SAME_STEP, "TorchRLVecEnv", "it holds an ended env's reset until TorchRL asks for it")
         super().__init__(env)
         self.metadata = {**env.metadata, "autoreset_mode": AutoresetMode.DISABLED}
         self.autoreset_mode = AutoresetMode.DISABLED  # what TorchRL's GymWrapper reads
@@ -85,9 +89,7 @@ class ResetOnRequest(gym.vector.VectorWrapper):
             raise BatchTypeError(f"options['reset_mask'] must be a bool numpy array of shape ({n},), got {mask!r}")
         if not mask.any():
             raise ValueError("options['reset_mask'] must select at least one env")
-        seeds = [None] * n if seed is None else [int(seed) + i for i in range(n)] if isinstance(seed, (int, np.integer)) else list(seed)
-        if len(seeds) != n:
-            raise ValueError(f"seed must be None, an int or {n} seeds, got {len(seeds)} seeds")
+        seeds = per_env_seeds(seed, n)
         # An env that ended was reset by the vector env (no seed, no options): that reset is its own.
         kept = mask & self._waiting & np.array([s is None for s in seeds]) & (not options)
         fresh = mask & ~kept
@@ -120,11 +122,9 @@ class ResetOnRequest(gym.vector.VectorWrapper):
         for i in range(self.num_envs):
             info = row_info(infos, i)
             if i in ended:
-                # SAME_STEP: the top level is the reset's (plus the step's STEP_KEYS), final_info the step's.
                 self._reset_obs[i] = get_row(obs, i)
-                self._reset_info[i] = {k: v for k, v in info.items() if k not in ("final_obs", "final_info", *STEP_KEYS)}
-                put_rows(obs, i, info["final_obs"])
-                info = info["final_info"]
+                self._reset_info[i], final_obs, info = split_same_step(info)
+                put_rows(obs, i, final_obs)
                 self._waiting[i] = True
             add_info(step_infos, info, i, self.num_envs)
         self._obs = tree_map(_copy, obs)
@@ -132,7 +132,7 @@ class ResetOnRequest(gym.vector.VectorWrapper):
 
 
 def wrap(vector_env: gym.vector.VectorEnv, **kwargs: Any) -> Any:
-    """TorchRL's ``GymWrapper`` over ``ResetOnRequest(vector_env)``; ``kwargs`` go to ``GymWrapper``
+    """TorchRL's ``GymWrapper`` over ``TorchRLVecEnv(vector_env)``; ``kwargs`` go to ``GymWrapper``
     (``device``, ``categorical_action_encoding``, ...).
 
     Examples:
@@ -140,10 +140,10 @@ def wrap(vector_env: gym.vector.VectorEnv, **kwargs: Any) -> Any:
     """
     from torchrl.envs import GymWrapper
 
-    return GymWrapper(ResetOnRequest(vector_env), **kwargs)
+    return GymWrapper(TorchRLVecEnv(vector_env), **kwargs)
 
 
-def make_env(env_id: str, num_envs: int, *, device: Any = None, **kwargs: Any) -> Any:
+def make_vec(env_id: str, num_envs: int, *, device: Any = None, **kwargs: Any) -> Any:
     """``gym.make_vec(env_id, num_envs, **kwargs)`` as a TorchRL env (batch size ``[num_envs]``).
 
     ``kwargs`` takes the env's options and the vector env's (``num_workers``, ...). With
@@ -151,10 +151,11 @@ def make_env(env_id: str, num_envs: int, *, device: Any = None, **kwargs: Any) -
     ``total_frames`` count chunks, and the discount applies once per chunk.
 
     Examples:
-        >>> env = make_env("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
+        >>> env = make_vec("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
         >>> collector = SyncDataCollector(env, policy, frames_per_batch=64, total_frames=1024)
     """
     return wrap(gym.make_vec(env_id, num_envs=num_envs, **kwargs), device=device)
 
 
-__all__ = ["ResetOnRequest", "make_env", "wrap"]
+__all__ = ["TorchRLVecEnv", "make_vec", "wrap"]
+__getattr__ = renamed(__name__, {"ResetOnRequest": ("TorchRLVecEnv", TorchRLVecEnv), "make_env": ("make_vec", make_vec)})

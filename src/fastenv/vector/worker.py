@@ -46,7 +46,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 MAIN_GUARD_NOTE = "FASTENV_WORKER_NOTE"  # a file where a worker that cannot start says why
 MAIN_GUARD_MESSAGE = (
     "fastenv's vector env starts its workers with 'spawn', which runs your script again in each worker: "
-    "build the vector env (gym.make_vec, PipelineVectorEnv, make_vec_env...) under `if __name__ == \"__main__\":`"
+    "build the vector env (gym.make_vec, PipelineVectorEnv, make_vec...) under `if __name__ == \"__main__\":`"
 )
 
 
