@@ -50,7 +50,7 @@ on FILE while it runs (``flock``), so other heavy jobs on a shared machine wait 
 
 PufferLib has no collector apart from its trainer (which needs its compiled extension): its rows
 step its vectorization with the same policy, ``pufferlib.vector``'s ``Multiprocessing`` backend
-over the stock env against ``fastenv.integrations.pufferlib.PufferVecEnv``.
+over the stock env against ``fastenv.integrations.pufferlib.PufferLibVecEnv``.
 """
 
 from __future__ import annotations
@@ -199,9 +199,9 @@ def _collect_sb3_ppo(ppo: type, row: str, cfg: Config, **ppo_kwargs: Any) -> dic
         venv = make_vec_env(functools.partial(stock_env, cfg), n_envs=cfg.num_envs, seed=cfg.seed)  # DummyVecEnv
         buffer_class, buffer_callback = None, None
     else:
-        from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec_env
+        from fastenv.integrations.sb3 import RestartMarksCallback, RolloutBuffer, make_vec
 
-        venv = make_vec_env(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
+        venv = make_vec(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
         venv.seed(cfg.seed)
         buffer_class, buffer_callback = RolloutBuffer, RestartMarksCallback()
     try:
@@ -245,7 +245,7 @@ def run_torchrl(row: str, cfg: Config) -> dict[str, Any]:
     if row == "stock":
         base = SerialEnv(cfg.num_envs, lambda: GymWrapper(stock_env(cfg)))
     else:
-        base = fastenv.integrations.torchrl.make_env(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
+        base = fastenv.integrations.torchrl.make_vec(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
     base.set_seed(cfg.seed)
     env = TransformedEnv(base, Compose(DoubleToFloat(), StepCounter()))  # as TorchRL's PPO tutorial
     collector = None
@@ -296,9 +296,9 @@ def run_tianshou(row: str, cfg: Config) -> dict[str, Any]:
         # after a LIBERO env rendered here deadlocks (a lock of the renderer's threads, held at the fork)
         envs = SubprocVectorEnv([functools.partial(stock_env, cfg)] * cfg.num_envs, share_memory=True, context="spawn")
     else:
-        from fastenv.integrations.tianshou import make_vec_env
+        from fastenv.integrations.tianshou import make_vec
 
-        envs = make_vec_env(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
+        envs = make_vec(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
     try:
         envs.seed(cfg.seed)
         obs_dim = int(envs.reset()[0].shape[-1])
@@ -352,10 +352,10 @@ def run_pufferlib(row: str, cfg: Config) -> dict[str, Any]:
                                      backend=pufferlib.vector.Multiprocessing, overwork=True)
         vectorization = "pufferlib.vector.Multiprocessing"
     else:
-        from fastenv.integrations.pufferlib import make
+        from fastenv.integrations.pufferlib import make_vec
 
-        envs = make(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
-        vectorization = "fastenv.integrations.pufferlib.PufferVecEnv"
+        envs = make_vec(ENV_ID, cfg.num_envs, **cfg.fastenv_options(row))
+        vectorization = "fastenv.integrations.pufferlib.PufferLibVecEnv"
     try:
         obs, _ = envs.reset(seed=cfg.seed)
         layers: list[torch.nn.Module] = []
@@ -590,19 +590,19 @@ class Library:
 LIBRARIES = {
     "sb3": Library("Stable-Baselines3", "stable_baselines3", run_sb3, {
         "stock": "stable_baselines3 make_vec_env -> DummyVecEnv, PPO.collect_rollouts",
-        "fastenv": "fastenv.integrations.sb3.make_vec_env (SB3VecEnv), PPO.collect_rollouts",
+        "fastenv": "fastenv.integrations.sb3.make_vec (SB3VecEnv), PPO.collect_rollouts",
     }),
     "torchrl": Library("TorchRL", "torchrl", run_torchrl, {
         "stock": "SerialEnv over GymWrapper (the PPO tutorial's GymEnv, N of them), Collector",
-        "fastenv": "fastenv.integrations.torchrl.make_env (GymWrapper over ResetOnRequest), Collector",
+        "fastenv": "fastenv.integrations.torchrl.make_vec (GymWrapper over TorchRLVecEnv), Collector",
     }),
     "tianshou": Library("Tianshou", "tianshou", run_tianshou, {
         "stock": "SubprocVectorEnv(share_memory=True, context='spawn') (its MuJoCo examples' SUBPROC_SHARED_MEM), Collector",
-        "fastenv": "fastenv.integrations.tianshou.make_vec_env (TianshouVectorEnv), Collector",
+        "fastenv": "fastenv.integrations.tianshou.make_vec (TianshouVecEnv), Collector",
     }),
     "pufferlib": Library("PufferLib", "pufferlib", run_pufferlib, {
         "stock": "pufferlib.vector.make(backend=Multiprocessing) over GymnasiumPufferEnv, a step loop",
-        "fastenv": "fastenv.integrations.pufferlib.make (PufferVecEnv), the same step loop",
+        "fastenv": "fastenv.integrations.pufferlib.make_vec (PufferLibVecEnv), the same step loop",
     }),
     "skrl": Library("skrl", "skrl", run_skrl, {
         "stock": "wrap_env over gym.make_vec(vectorization_mode='sync') -> SyncVectorEnv (its PPO examples'), SequentialTrainer",
@@ -610,7 +610,7 @@ LIBRARIES = {
     }),
     "sbx": Library("SBX", "sbx", run_sbx, {
         "stock": "stable_baselines3 make_vec_env -> DummyVecEnv, sbx PPO.collect_rollouts",
-        "fastenv": "fastenv.integrations.sb3.make_vec_env (SB3VecEnv), sbx PPO.collect_rollouts",
+        "fastenv": "fastenv.integrations.sb3.make_vec (SB3VecEnv), sbx PPO.collect_rollouts",
     }),
     "rllib": Library("RLlib", "ray.rllib", run_rllib, {
         "stock": "SingleAgentEnvRunner, gym_env_vectorize_mode='sync' (its default) -> SyncVectorEnv, sample()",
