@@ -20,6 +20,7 @@ import pytest
 import fastenv  # noqa: F401  (registers fastenv/Behavior-v0)
 from fastenv.backends import behavior
 from fastenv.backends.behavior import BehaviorAdapter, BehaviorSettings, omnigibson_settings
+from fastenv.envs.behavior import make_env
 
 STANDINS = Path(__file__).parent / "standins"
 
@@ -110,7 +111,7 @@ def test_chunk_of_one_equals_the_stock_env_step_for_step(og):
     actions = action_plan(40, seed=0)
     expected, _ = stock_rollout(og, s, actions)
     og = fresh(og)
-    env = behavior.make_env(chunk=1, camera_size=8, max_episode_steps=12)
+    env = make_env(chunk=1, camera_size=8, max_episode_steps=12)
     assert env.observation_space == gym.spaces.Dict(
         {
             "robot_r1::robot_r1:zed_link:Camera:0::rgb": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
@@ -143,7 +144,7 @@ def test_a_chunk_observes_what_stock_returns_after_its_actions_rendering_once(og
     expected, stock_sim = stock_rollout(og, s, actions)
     stock_renders, stock_physics = stock_sim.renders, stock_sim.physics_steps
     og = fresh(og)
-    env = behavior.make_env(chunk=chunk, camera_size=8, max_episode_steps=100)
+    env = make_env(chunk=chunk, camera_size=8, max_episode_steps=100)
     obs, _ = env.reset()
     assert_obs_equal(obs, expected[0][1])
     renders, physics = og.sim.renders, og.sim.physics_steps
@@ -174,7 +175,7 @@ def test_an_episode_ending_inside_a_chunk_gives_the_stock_final_observation(og, 
     ended = next(i for i, e in enumerate(expected) if e[0] == "step" and (e[3] or e[4]))
     assert 1 < ended % chunk  # inside a chunk, not at its end
     og = fresh(og)
-    env = behavior.make_env(chunk=chunk, camera_size=8, max_episode_steps=s.max_episode_steps)
+    env = make_env(chunk=chunk, camera_size=8, max_episode_steps=s.max_episode_steps)
     env.reset()
     for c in range(2):
         obs, reward, terminated, truncated, info = env.step(actions[c * chunk : (c + 1) * chunk])
@@ -188,7 +189,7 @@ def test_an_episode_ending_inside_a_chunk_gives_the_stock_final_observation(og, 
 
 
 def test_a_camera_with_no_kept_modality_is_never_built_or_rendered(og):
-    env = behavior.make_env(chunk=3, modalities=["proprio"], camera_size=8)
+    env = make_env(chunk=3, modalities=["proprio"], camera_size=8)
     obs, _ = env.reset()
     assert list(obs) == ["robot_r1::proprio"]
     robot = og.sim.scenes[0].robots[0]
@@ -198,7 +199,7 @@ def test_a_camera_with_no_kept_modality_is_never_built_or_rendered(og):
 
 
 def test_the_thread_cap_reaches_kit_when_it_launches(og):
-    env = behavior.make_env(chunk=2, threads=2, camera_size=8)
+    env = make_env(chunk=2, threads=2, camera_size=8)
     from omnigibson import lazy
 
     (config,) = lazy.launches
@@ -232,7 +233,7 @@ def test_frequencies_whose_ratio_is_inexact_in_floating_point_still_step_without
 
 
 def test_max_episode_steps_is_the_number_of_actions_of_an_episode(og):
-    env = behavior.make_env(chunk=1, camera_size=8, max_episode_steps=3)
+    env = make_env(chunk=1, camera_size=8, max_episode_steps=3)
     env.reset()
     flags = [env.step(np.zeros((1, 4), np.float32))[2:4] for _ in range(3)]
     assert flags == [(False, False), (False, False), (False, True)]  # OmniGibson's own Timeout
@@ -240,7 +241,7 @@ def test_max_episode_steps_is_the_number_of_actions_of_an_episode(og):
 
 
 def test_bad_input_is_refused_with_what_was_expected(og):
-    env = behavior.make_env(chunk=2, camera_size=8)
+    env = make_env(chunk=2, camera_size=8)
     env.reset()
     with pytest.raises(ValueError, match=r"shape"):
         env.step(np.zeros((2, 5), np.float32))
@@ -268,7 +269,7 @@ def _world(env):
 
 def test_stages_with_several_envs_per_process_share_one_world(og):
     # 4 envs in one worker process: one OmniGibson world, 2 stages of 2 envs, chunks of 3.
-    envs = behavior.make_env(
+    envs = make_env(
         num_envs=4, pipeline_stages=2, num_workers=1, chunk=3, camera_size=8,
         modalities=["proprio"], max_episode_steps=100,
     )
@@ -311,7 +312,7 @@ def test_stages_with_several_envs_per_process_share_one_world(og):
 
 def test_partial_autoreset_resets_only_the_env_that_ended(og):
     # Two envs in one world: env 0 reaches the goal inside a chunk, env 1 goes on.
-    envs = behavior.make_env(
+    envs = make_env(
         num_envs=2, num_workers=1, chunk=4, camera_size=8, modalities=["proprio"],
         max_episode_steps=100,
     )

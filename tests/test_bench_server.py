@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastenv.tuning.model import CostModel, effective_max_batch
-from fastenv.tuning.server import ServerCosts, choose_layout, fit_policy_cost, model_costs
+from fastenv.tuning.bound import ServerCosts, choose_layout, fit_policy_cost, model_costs
 from fastenv.vector.plan import Candidate
 
 # Costs recorded on the machines (docs/gpu-servers.md, results/bench_gpu_server_h100.json and the
@@ -126,7 +126,7 @@ def _window(steps, cpu_per_step, resets=0, reset_s=0.35):
 
 
 def test_c_is_the_timed_windows_or_the_median_windows_with_resets_spread_over_the_rows_episodes_and_its_spread_is_the_windows():
-    from fastenv.tuning.server import env_cost
+    from fastenv.tuning.bound import env_cost
 
     # the same stepping, with and without a reset in the window: the same c (resets amortized, not as they fell)
     windows = [_window(64, 0.030), _window(64, 0.031, resets=1), _window(64, 0.032)]
@@ -163,7 +163,7 @@ def test_resets_are_pooled_with_the_choices_calibration_and_spread_over_the_rows
 
 
 def test_a_row_above_its_bound_by_more_than_the_calibrations_spread_is_a_calibration_fault_naming_what_was_off():
-    from fastenv.tuning.server import calibration_fault
+    from fastenv.tuning.bound import calibration_fault
 
     a, b = RECORDED["a"], RECORDED["b"]
     for n, (rate, row_cpu) in RECORDED["rows"].items():
@@ -188,7 +188,7 @@ def test_a_row_above_its_bound_by_more_than_the_calibrations_spread_is_a_calibra
 
 
 def test_the_bounds_spread_is_its_limiting_terms():
-    from fastenv.tuning.server import bound_spread
+    from fastenv.tuning.bound import bound_spread
 
     assert bound_spread(ServerCosts(**TWO_CORE), 4, c_spread=0.04, policy_spread=0.01) == 0.04  # the env core sets it
     assert bound_spread(ServerCosts(0.432, 0.018, 0.010, cores=1, chunk=8), 2, c_spread=0.04, policy_spread=0.01) == 0.01

@@ -585,7 +585,7 @@ SIZES = [1, 2, 4, 8] * 4  # the first calls' batch sizes (8 env slots on 2 worke
 
 
 def test_a_large_fixed_cost_per_call_batches_every_slot():
-    from fastenv.eval.serving import choose_batching
+    from fastenv.eval.lanes import choose_batching
 
     choice = choose_batching(SIZES, [0.5 + 0.001 * b for b in SIZES], [0.01] * 16, workers=2, slots=8, cpus=2)
     assert choice["max_batch"] == 8 and choice["by"] == "fastenv.tuning.CostModel"
@@ -594,7 +594,7 @@ def test_a_large_fixed_cost_per_call_batches_every_slot():
 
 
 def test_a_negligible_fixed_cost_beside_slow_envs_batches_fewer():
-    from fastenv.eval.serving import choose_batching
+    from fastenv.eval.lanes import choose_batching
 
     choice = choose_batching(SIZES, [0.001 * b for b in SIZES], [0.5] * 16, workers=2, slots=8, cpus=2)
     assert choice["max_batch"] < 8 and choice["bound"] == "workers"
@@ -602,7 +602,7 @@ def test_a_negligible_fixed_cost_beside_slow_envs_batches_fewer():
 
 
 def test_calls_of_one_batch_size_cannot_tell_a_from_b_and_the_choice_holds_under_both_readings():
-    from fastenv.eval.serving import choose_batching, fit_policy_seconds
+    from fastenv.eval.lanes import choose_batching, fit_policy_seconds
     from fastenv.tuning.model import CostModel, Costs
     from fastenv.tuning.space import Candidate
 
@@ -622,7 +622,7 @@ def test_the_choice_is_made_again_from_the_calls_after_the_warm_up():
     # On a GPU server the first calls run at small batches while the workers build their envs and the
     # device warms up (measured on an H200: a fit of 184 ms + 40 ms x batch from them, where the
     # policy alone costs about 65 ms + 5 ms x batch): the choice is made again from the later calls.
-    from fastenv.eval.serving import RETUNE_AFTER_CALLS, TUNE_AFTER_CALLS, Lane
+    from fastenv.eval.lanes import RETUNE_AFTER_CALLS, TUNE_AFTER_CALLS, Lane
 
     lane = Lane(0, ProjectionPolicy(), [0, 1, 2, 3], 16, max_batch=16, batch_timeout=0.01, tune=True)
     lane.chunk_seconds = [0.05] * TUNE_AFTER_CALLS
@@ -644,7 +644,7 @@ def test_the_choice_is_made_again_from_the_calls_after_the_warm_up():
 
 def test_the_choice_and_the_fit_are_recorded_and_printed():
     from fastenv.eval.command import report
-    from fastenv.eval.serving import TUNE_AFTER_CALLS, Lane
+    from fastenv.eval.lanes import TUNE_AFTER_CALLS, Lane
 
     lane = Lane(0, ProjectionPolicy(), [0, 1], 8, max_batch=8, batch_timeout=0.01, tune=True)
     lane.chunk_seconds = [0.5] * TUNE_AFTER_CALLS
@@ -673,7 +673,7 @@ def test_the_choice_and_the_fit_are_recorded_and_printed():
 
 
 def test_a_choice_from_calls_of_one_batch_size_after_the_warm_up_says_so_in_words():
-    from fastenv.eval.serving import describe_choice
+    from fastenv.eval.lanes import describe_choice
 
     tuned = {"max_batch": 1, "batch_timeout": 0.002, "after_calls": 64, "from_call": 16, "chunk_seconds": 0.484, "bound": "workers",
              "chunks_per_s": 4.13, "fit": {"calls": 48, "batch_sizes": [1], "a": None, "b": None, "seconds": 0.0021, "how": "one batch size"}}

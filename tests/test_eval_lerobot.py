@@ -1,4 +1,4 @@
-"""``fastenv eval`` with LeRobot's LIBERO loop (``fastenv.eval.lerobot``).
+"""``fastenv eval`` with LeRobot's LIBERO loop (``fastenv.eval.lerobot_eval``).
 
 LeRobot 0.6.1's init-state schedule and the protocol are pure logic; the loop runs on the real
 LIBERO (no LeRobot needed). The equality with LeRobot's own ``eval_policy_all`` is
@@ -20,7 +20,7 @@ import pytest
 from helpers import need
 
 from fastenv.eval import Episode, Protocol, Request
-from fastenv.eval.lerobot import (
+from fastenv.eval.lerobot_eval import (
     LEROBOT_MAX_STEPS,
     LeRobotEpisode,
     LeRobotLoop,
@@ -162,7 +162,7 @@ def test_a_pretrained_policy_without_lerobot_installed_names_what_to_install():
 
 def test_per_sample_runs_the_network_on_one_observation_at_a_time():
     torch = need("torch")
-    from fastenv.eval.lerobot import per_sample
+    from fastenv.eval.lerobot_eval import per_sample
 
     seen = []
 
@@ -291,7 +291,7 @@ from lerobot.envs.factory import make_env_pre_post_processors
 from lerobot.policies.act.configuration_act import ACTConfig
 from lerobot.policies.factory import make_policy, make_pre_post_processors
 from fastenv.eval import Request
-from fastenv.eval.lerobot import LeRobotPolicy
+from fastenv.eval.lerobot_eval import LeRobotPolicy
 
 env_cfg = LiberoEnvConfig(task="libero_spatial", task_ids=[0], observation_height=32, observation_width=32, episode_length=40)
 torch.manual_seed(0)

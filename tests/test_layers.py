@@ -1,15 +1,16 @@
 """fastenv's layers point one way (docs/architecture.md): read every import in src/fastenv with ast.
 
 Function-level imports count as much as module-level ones: a lazy import that points up is still
-a dependency on the layer above. The one exception is named below: a backend's module
-``__getattr__`` that serves ``make_env``/``make_vec`` from their old import path, which nothing
-inside fastenv uses.
+a dependency on the layer above. There is no exception: the backends' old entry points
+(``make_env``, ``make_vec``, ``make_cpu_env`` from before ``fastenv.envs``) are not handed on from
+the layer above; asking a backend for one raises an ``AttributeError`` that names its home.
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -18,25 +19,25 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 # Each group's layer, lowest first. A module may import its own group and any lower layer; groups
 # of one layer are independent (none imports another).
 LAYERS: list[tuple[str, ...]] = [
-    ("_validation", "_deps", "machine", "policy_cost", "gpus", "run_clock"),  # leaves: plain functions, no fastenv imports
+    ("_validation", "_deps", "machine", "policy_cost", "gpus"),  # leaves: plain functions, no fastenv imports
     ("core",),  # protocols, SimEnv, executor, chunk space, registry of adopters, fast paths
     ("backends", "wrappers", "vector"),  # one simulator each | single-env wrappers | workers and pipeline
     ("tuning",),  # layouts measured on vector envs
     ("envs",),  # the assembly: Gymnasium ids, SimEnv -> wrap -> pipeline for every backend
-    ("integrations", "policy", "returns", "doctor"),  # frameworks' drop-ins, policies, value targets, diagnosis
+    ("integrations", "returns", "doctor"),  # frameworks' drop-ins, value targets, diagnosis
     ("eval",),  # whole benchmarks: an episode list over workers, the policy batched
     ("conformance", "bench"),  # sweeps against the stock simulators, the main job
-    ("bench_server",),  # the main job's GPU-server regime: many envs per policy, against the bound
+    ("bench_server", "run_clock", "policy"),  # old paths of fastenv.bench's modules, warning for one release
     ("fastenv",),  # the package's own namespace (fastenv/__init__.py)
     ("cli",),
 ]
 RANK = {group: rank for rank, groups in enumerate(LAYERS) for group in groups}
 
-# Old import paths of public names, served lazily from the layer above (a module __getattr__).
-COMPAT_DOORS = {
-    "fastenv.backends.libero": "fastenv.envs",
-    "fastenv.backends.maniskill": "fastenv.envs",
-    "fastenv.backends.behavior": "fastenv.envs",
+# The entry points that lived in a backend before the assembly layer, and their home now.
+MOVED_ENTRY_POINTS = {
+    "fastenv.backends.libero": ("fastenv.envs.libero", ("make_env", "make_vec")),
+    "fastenv.backends.maniskill": ("fastenv.envs.maniskill", ("make_env", "make_vec", "make_cpu_env")),
+    "fastenv.backends.behavior": ("fastenv.envs.behavior", ("make_env",)),
 }
 
 
@@ -64,11 +65,9 @@ def _group(module: str) -> str:
     return parts[1] if len(parts) > 1 else "fastenv"
 
 
-def _imports(module: str) -> list[tuple[str, int, bool]]:
-    """(imported fastenv module, line, inside a compat door) for each import in ``module``."""
+def _imports(module: str) -> list[tuple[str, int]]:
+    """(imported fastenv module, line) for each import in ``module``."""
     tree = ast.parse(MODULES[module].read_text())
-    doors = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"]
-    in_door = {id(n) for door in doors for n in ast.walk(door)}
     out = []
     for node in ast.walk(tree):
         names: list[str] = []
@@ -81,7 +80,7 @@ def _imports(module: str) -> list[tuple[str, int, bool]]:
         for name in names:
             target = _resolve(name)
             if target is not None and target != module:
-                out.append((target, node.lineno, id(node) in in_door))
+                out.append((target, node.lineno))
     return out
 
 
@@ -95,11 +94,9 @@ def test_every_group_has_a_layer():
 def test_no_import_points_up():
     wrong = []
     for module, imports in EDGES.items():
-        for target, line, in_door in imports:
+        for target, line in imports:
             here, there = _group(module), _group(target)
             if here == there or RANK[there] < RANK[here]:
-                continue
-            if in_door and COMPAT_DOORS.get(module) == f"fastenv.{there}":
                 continue
             relation = "a layer above" if RANK[there] > RANK[here] else "a sibling of its layer"
             wrong.append(f"{module}:{line} imports {target} ({relation})")
@@ -107,64 +104,66 @@ def test_no_import_points_up():
 
 
 def test_no_import_cycles_between_files():
-    graph = {m: {t for t, _, in_door in imports if not in_door} for m, imports in EDGES.items()}
+    graph = {m: {t for t, _ in imports} for m, imports in EDGES.items()}
     cycles = _cycles(graph)
     assert cycles == []
 
 
-def test_compat_doors_serve_the_public_entry_points():
-    from fastenv.backends import behavior, libero, maniskill
-    from fastenv.envs import behavior as envs_behavior
-    from fastenv.envs import libero as envs_libero
-    from fastenv.envs import maniskill as envs_maniskill
+@pytest.mark.parametrize("backend", sorted(MOVED_ENTRY_POINTS))
+def test_a_backend_names_the_home_of_its_old_entry_points_and_hands_none_on(backend):
+    import importlib
 
-    assert libero.make_env is envs_libero.make_env and libero.make_vec is envs_libero.make_vec
-    assert maniskill.make_vec is envs_maniskill.make_vec and maniskill.make_cpu_env is envs_maniskill.make_cpu_env
-    assert behavior.make_env is envs_behavior.make_env
+    module = importlib.import_module(backend)
+    home, names = MOVED_ENTRY_POINTS[backend]
+    for name in names:
+        assert callable(getattr(importlib.import_module(home), name))
+        with pytest.raises(AttributeError, match=re.escape(f"{backend}.{name} moved to {home}.{name}")):
+            getattr(module, name)
+        assert not hasattr(module, name)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        libero.nothing_here  # noqa: B018
+        module.nothing_here  # noqa: B018
 
 
-DOOR_NAMES = {"make_env", "make_vec", "make_cpu_env"}
-
-
-def _door_uses(module: str) -> list[str]:
-    """Where ``module`` takes a compat door: a door name imported from, or read off, a backend module."""
-    tree = ast.parse(MODULES[module].read_text())
+def _moved_uses(path: pathlib.Path, label: str) -> list[str]:
+    """Where a file takes an old entry point from a backend: imported from, or read off, the backend module."""
+    tree = ast.parse(path.read_text())
+    names = {name for _, moved in MOVED_ENTRY_POINTS.values() for name in moved}
     aliases, uses = set(), []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0:
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
-                if full in COMPAT_DOORS:
+                if full in MOVED_ENTRY_POINTS:
                     aliases.add(alias.asname or alias.name)
-                elif node.module in COMPAT_DOORS and alias.name in DOOR_NAMES:
-                    uses.append(f"{module}:{node.lineno} imports {full}")
+                elif node.module in MOVED_ENTRY_POINTS and alias.name in names:
+                    uses.append(f"{label}:{node.lineno} imports {full}")
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name in COMPAT_DOORS and alias.asname:
+                if alias.name in MOVED_ENTRY_POINTS and alias.asname:
                     aliases.add(alias.asname)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in DOOR_NAMES:
+        if isinstance(node, ast.Attribute) and node.attr in names:
             base = node.value
             dotted = ast.unparse(base)
-            if (isinstance(base, ast.Name) and base.id in aliases) or dotted in COMPAT_DOORS:
-                uses.append(f"{module}:{node.lineno} reads {dotted}.{node.attr}")
+            if (isinstance(base, ast.Name) and base.id in aliases) or dotted in MOVED_ENTRY_POINTS:
+                uses.append(f"{label}:{node.lineno} reads {dotted}.{node.attr}")
     return uses
 
 
-def test_nothing_inside_fastenv_takes_a_compat_door():
-    uses = [use for module in MODULES if not module.startswith("fastenv.backends") for use in _door_uses(module)]
+def test_no_code_of_the_project_takes_an_entry_point_from_a_backend():
+    # Such a use fails only when it runs: the package, the tests, the examples and the benchmarks
+    # are read here, so a lazy or rarely run one is found too.
+    root = SRC.parent
+    files = [path for folder in ("src", "tests", "examples", "benchmarks") for path in sorted((root / folder).rglob("*.py"))]
+    assert len(files) > len(MODULES)
+    uses = [use for path in files for use in _moved_uses(path, path.relative_to(root).as_posix())]
     assert uses == []
 
 
-def test_the_door_check_sees_a_door_taken(tmp_path, monkeypatch):
+def test_the_moved_check_sees_an_old_entry_point_taken(tmp_path):
     fake = tmp_path / "user.py"
     fake.write_text("from fastenv.backends import maniskill as ms\nfrom fastenv.backends.libero import make_vec\nms.make_cpu_env()\n")
-    monkeypatch.setitem(MODULES, "fastenv.user", fake)
-    assert _door_uses("fastenv.user") == [
-        "fastenv.user:2 imports fastenv.backends.libero.make_vec", "fastenv.user:3 reads ms.make_cpu_env"
-    ]
+    assert _moved_uses(fake, "user.py") == ["user.py:2 imports fastenv.backends.libero.make_vec", "user.py:3 reads ms.make_cpu_env"]
 
 
 def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
@@ -174,7 +173,7 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     (fake / "bad.py").write_text("def f():\n    from fastenv.vector import PipelineVectorEnv\n")
     monkeypatch.setitem(MODULES, "fastenv.core.bad", fake / "bad.py")
     imports = _imports("fastenv.core.bad")
-    assert imports == [("fastenv.vector", 2, False)]
+    assert imports == [("fastenv.vector", 2)]
     assert RANK[_group("fastenv.vector")] > RANK[_group("fastenv.core.bad")]
 
 

@@ -336,12 +336,13 @@ def test_the_state_keys_read_from_the_bddl_file_are_the_simulators(suite, task_i
 
 def test_an_unknown_key_is_refused_with_the_closest_one_before_anything_is_built(monkeypatch):
     from fastenv.backends import libero
+    from fastenv.envs.libero import make_env
 
     def built(*args, **kwargs):
         raise AssertionError("the simulator was built before the keys were checked")
 
     monkeypatch.setattr(libero, "LiberoAdapter", built)
     with pytest.raises(ValueError, match=r"\['agentview_rgb'\] \('agentview_rgb': did you mean 'agentview_image'\?\)"):
-        libero.make_env("libero_10", 0, modalities=["agentview_rgb"])
+        make_env("libero_10", 0, modalities=["agentview_rgb"])
     with pytest.raises(ValueError, match=r"did you mean 'alphabet_soup_1_to_robot0_eef_pos'\?"):
-        libero.make_env("libero_10", 0, modalities=["robot0_proprio-state", "alphabet_soup_1_to_robot0_eef_po"])
+        make_env("libero_10", 0, modalities=["robot0_proprio-state", "alphabet_soup_1_to_robot0_eef_po"])

@@ -25,6 +25,7 @@ need("mani_skill")
 import fastenv  # noqa: E402
 from fastenv.backends import maniskill as ms  # noqa: E402
 from fastenv.backends.maniskill.adapter import one_row  # noqa: E402
+from fastenv.envs.maniskill import make_cpu_env  # noqa: E402
 
 pytestmark = pytest.mark.maniskill
 
@@ -39,7 +40,7 @@ def stock_env(env_id: str, obs_mode: str, **kwargs):
 
 
 def ours(env_id: str, modalities, chunk, **kwargs):
-    return ms.make_cpu_env(env_id, modalities=modalities, chunk=chunk, camera_size=SIZE, **kwargs)
+    return make_cpu_env(env_id, modalities=modalities, chunk=chunk, camera_size=SIZE, **kwargs)
 
 
 def stock_obs(raw, keys):
@@ -175,7 +176,7 @@ def counted(capture, name, calls):
 
 
 def test_only_kept_cameras_are_captured_and_no_human_render_camera_is_built(monkeypatch):
-    env = ms.make_cpu_env("PickCube-v1", modalities=["base_camera_rgb"], chunk=8, camera_size=SIZE, robot_uids="panda_wristcam")
+    env = make_cpu_env("PickCube-v1", modalities=["base_camera_rgb"], chunk=8, camera_size=SIZE, robot_uids="panda_wristcam")
     stock = stock_env("PickCube-v1", "rgb", robot_uids="panda_wristcam")
     try:
         base = env.unwrapped.adapter.base
@@ -224,7 +225,7 @@ def test_a_digital_twins_green_screen_is_kept_when_only_rgb_is_read(tmp_path):
 
 
 def test_state_only_builds_no_camera():
-    env = ms.make_cpu_env("PickCube-v1", modalities=["state"], chunk=4)
+    env = make_cpu_env("PickCube-v1", modalities=["state"], chunk=4)
     try:
         base = env.unwrapped.adapter.base
         assert base._sensors == {} and base._human_render_cameras == {} and base.obs_mode == "state"
@@ -233,8 +234,8 @@ def test_state_only_builds_no_camera():
 
 
 def test_headless_and_frames_on_request():
-    env = ms.make_cpu_env("PickCube-v1", modalities=["state"], chunk=4)
-    framed = ms.make_cpu_env("PickCube-v1", modalities=["state"], chunk=4, render_mode="rgb_array", camera_size=SIZE)
+    env = make_cpu_env("PickCube-v1", modalities=["state"], chunk=4)
+    framed = make_cpu_env("PickCube-v1", modalities=["state"], chunk=4, render_mode="rgb_array", camera_size=SIZE)
     try:
         env.reset(seed=0)
         assert env.render_mode is None and env.render() is None

@@ -419,10 +419,8 @@ def make_sim(settings: BehaviorSettings, *, render_mode: str | None = None) -> S
 
 
 def __getattr__(name: str) -> Any:
-    # The public entry point's home before the assembly layer (fastenv.envs): scripts that import
-    # it from here keep working; nothing inside fastenv takes this path (tests/test_layers.py).
+    # The entry point lived here before the assembly layer: an old script is told its home, which
+    # is named, not imported (fastenv.envs is the layer above).
     if name == "make_env":
-        from fastenv.envs import behavior
-
-        return behavior.make_env
+        raise AttributeError(f"{__name__}.{name} moved to fastenv.envs.behavior.{name} (from fastenv.envs.behavior import {name})")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ machine without a GPU, a VLA's published cost as a wait that leaves the CPU free
 1. **Calibrate.** Time the policy alone on batches of synthetic observations and fit ``a`` and
    ``b``; step fastenv's envs alone (one per env core) and read the env side's CPU seconds per
    env step ``c`` from the profiler, for the choice.
-2. **Choose.** For each N, ``fastenv.tuning.server.choose_layout`` picks workers, stages or
+2. **Choose.** For each N, ``fastenv.tuning.bound.choose_layout`` picks workers, stages or
    batching with ``fastenv tune``'s cost model from the measured ``a``, ``b`` and ``c``.
 3. **Measure.** For each N: Default (Gymnasium's ``AsyncVectorEnv``, one process per env, LIBERO's
    stock observations after every step, the policy on the whole batch) and fastenv at the chosen
@@ -21,7 +21,7 @@ machine without a GPU, a VLA's published cost as a wait that leaves the CPU free
    is its spread. A row above its bound by more than that spread is a calibration fault, named in
    the table and the JSON (``calibration_fault``), not a result.
 
-Each row gives env steps per second, x Default, **x bound** (``fastenv.tuning.server``:
+Each row gives env steps per second, x Default, **x bound** (``fastenv.tuning.bound``:
 ``min(N K / P(N), C / c)``, and the closed loop's best beside it), the policy's busy share and
 time per call (in the loop and alone at the same batch), the time spent around its calls, GPU
 memory (render contexts and policy) and host memory.
@@ -224,7 +224,7 @@ def amortized(calibration: dict[str, Any], cfg: ServerConfig, n: int, resets: di
     own), else its median window's, the spread its windows'. A reset costs what all the resets seen
     cost on average (its windows', its timed window's and ``resets``', the choice's calibration's), once
     per mean episode of the rows of ``n`` envs."""
-    from fastenv.tuning.server import env_cost
+    from fastenv.tuning.bound import env_cost
 
     timed = calibration.get("timed")
     pools = [calibration] + ([timed] if timed is not None else []) + ([resets] if resets is not None else [])
@@ -261,7 +261,7 @@ def _row(name: str, n: int, timed: dict[str, Any], loop: PolicyLoop, points: Seq
 def judge(row: dict[str, Any], costs: Any, n: int, spread: float, points: Sequence[dict[str, float]]) -> None:
     """``row`` against its bound: x bound, x closed loop, and a calibration fault where it is above
     the bound by more than ``spread`` (the bound's relative spread)."""
-    from fastenv.tuning.server import calibration_fault
+    from fastenv.tuning.bound import calibration_fault
 
     bound = costs.describe(n)
     rate = row["env_steps_per_s"]
@@ -311,7 +311,7 @@ def run_fastenv(cfg: ServerConfig, n: int, cand: Any, prediction: Any, policy: S
     as the row runs them for the calibration windows (``env_windows``), then for the timed window:
     the row's ``env_calibration`` holds both, ``c`` for its bound the timed window's, its spread the
     windows' (resets pooled with ``resets``', the choice's calibration's)."""
-    from fastenv.tuning.server import describe_layout
+    from fastenv.tuning.bound import describe_layout
     from fastenv.vector import PipelineVectorEnv
 
     built = time.perf_counter()
@@ -400,11 +400,11 @@ def calibrate(run: _Run, device: Any, compute: str) -> None:
 
 
 def choose(run: _Run, n: int) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """2. The layout for ``n`` envs: ``fastenv.tuning.server.choose_layout`` over the costs measured
+    """2. The layout for ``n`` envs: ``fastenv.tuning.bound.choose_layout`` over the costs measured
     (``P(B)`` fitted near the batches ``n`` envs make, ``c`` from the calibration), or the one
     ``cfg.layouts`` gives. Returns the costs, the layout, the model's prediction for it and the
     entry of the JSON that ``measure`` fills."""
-    from fastenv.tuning.server import ServerCosts, choose_layout
+    from fastenv.tuning.bound import ServerCosts, choose_layout
 
     cfg = run.cfg
     a, b = local_fit(run.points, n)
@@ -413,7 +413,7 @@ def choose(run: _Run, n: int) -> tuple[Any, Any, Any, dict[str, Any]]:
         costs, n, reset_rate=cfg.chunk / cfg.episode_steps, reset_s=run.env_cal["reset_wall_s"])
     if prediction is None:
         from fastenv.tuning.model import CostModel
-        from fastenv.tuning.server import model_costs
+        from fastenv.tuning.bound import model_costs
 
         prediction = CostModel(model_costs(costs)).predict(cand, n)
     run.say(f"N={n}: P(B) = {1000 * a:.1f} + {1000 * b:.2f} x B ms; chosen layout {cand.label}")
@@ -425,7 +425,7 @@ def measure(run: _Run, n: int, costs: Any, cand: Any, prediction: Any, entry: di
     why and the others still run), then the bound from the fastenv row's own ``c``, each row
     against it (``judge``), and fastenv's data against Default's. ``memory`` carries what one
     Default process held and its env CPU per step, once a Default row has run."""
-    from fastenv.tuning.server import bound_spread
+    from fastenv.tuning.bound import bound_spread
 
     cfg, policy, points = run.cfg, run.policy, run.points
     assert policy is not None, "calibrate first"

@@ -202,7 +202,7 @@ def policy_value_at(points: Sequence[dict[str, float]], batch: float, key: str) 
 
 def local_fit(points: Sequence[dict[str, float]], num_envs: int) -> tuple[float, float]:
     """``(a, b)`` fitted over the calibration points in [N/4, N] (the batches a layout of N envs makes)."""
-    from fastenv.tuning.server import fit_policy_cost
+    from fastenv.tuning.bound import fit_policy_cost
 
     near = [p for p in points if num_envs / 4 <= p["batch"] <= num_envs] or list(points)
     return fit_policy_cost([p["batch"] for p in near], [p["seconds"] for p in near])

@@ -5,7 +5,7 @@ network for its VLM, ``fastenv.conformance.lerobot``'s stand-ins), LeRobot's ``e
 (what ``lerobot-eval`` calls) runs the episodes of two tasks on LeRobot's own ``LiberoEnv``, its
 async vector env of ``--n-envs`` envs per task (``lerobot-eval``'s default where the batch is above
 one), with a start seed, as ``lerobot-eval --eval.n_episodes=N --eval.batch_size=B --seed=S``
-does. Then ``fastenv.eval.run`` runs the same episode list (``fastenv.eval.lerobot``:
+does. Then ``fastenv.eval.run`` runs the same episode list (``fastenv.eval.lerobot_eval``:
 ``LeRobotLoop``, ``LeRobotPolicy``, ``LeRobotProtocol(batch_size=B)``) with 1 and 2 workers, a call
 per request and batches of every waiting env. Each episode's success, length, return and actions
 (their digest) must equal LeRobot's, and the init state and seed LeRobot's env used must be
@@ -13,12 +13,12 @@ per request and batches of every waiting env. Each episode's success, length, re
 
 The tasks are libero_spatial 0 and 4 by default: task 4 has an articulated fixture (the cabinet's
 top drawer, open), whose scene depends on how many resets its env had before (the module
-``fastenv.eval.lerobot``); a negative control runs it with ``batch_size=1`` in the protocol
+``fastenv.eval.lerobot_eval``); a negative control runs it with ``batch_size=1`` in the protocol
 (resets counted as for a batch of one) and must differ there.
 
 Batches: a batched network may give other last bits for another batch size (ACT's does here, about
 1e-6). The policies' ``predict_action_chunk`` runs one observation at a time in both runs
-(``fastenv.eval.lerobot.per_sample``), LeRobot's batches of ``--n-envs`` and fastenv's of any size
+(``fastenv.eval.lerobot_eval.per_sample``), LeRobot's batches of ``--n-envs`` and fastenv's of any size
 alike; everything else (LeRobot's observation processing, the processors) runs on the whole batch.
 With ``--batched``, a last row compares ACT run batched in both (LeRobot's batches are its
 ``--n-envs`` envs, fastenv's whatever waits): reported, not required to be equal. The stand-in
@@ -67,7 +67,7 @@ def make_parts(env_cfg: Any, size: int, kind: str, *, one_at_a_time: bool = True
     import torch
 
     from fastenv.conformance.lerobot import make_policy
-    from fastenv.eval.lerobot import per_sample
+    from fastenv.eval.lerobot_eval import per_sample
 
     policy, env_pre, env_post, pre, post, _ = make_policy(env_cfg, size, kind)
     if kind in ("pi0", "pi05", "smolvla"):  # the stand-in VLM without its flow noise: deterministic
@@ -152,7 +152,7 @@ def differences(ref: dict[str, dict[str, Any]], results: Sequence[dict[str, Any]
 def schedule_differences(ref: dict[str, dict[str, Any]], suite: str, tasks: Sequence[int], n_episodes: int, n_envs: int,
                          start_seed: int) -> list[str]:
     """Where the init states and seeds LeRobot's envs used differ from ``lerobot_episode_list``'s."""
-    from fastenv.eval.lerobot import lerobot_episode_list
+    from fastenv.eval.lerobot_eval import lerobot_episode_list
 
     out = []
     listed = lerobot_episode_list(suite, tasks, n_episodes, n_envs, start_seed, n_init_states=50)
@@ -188,7 +188,7 @@ def largest_action_difference(ref_actions: dict[str, np.ndarray], results: Seque
 def fastenv_run(parts: tuple, suite: str, tasks: Sequence[int], *, n_episodes: int, start_seed: int, protocol: Any, workers: int,
                 max_batch: int | None, batch_timeout: float, record_actions: bool = False) -> dict[str, Any]:
     from fastenv.eval import EvalConfig, run
-    from fastenv.eval.lerobot import LeRobotPolicy
+    from fastenv.eval.lerobot_eval import LeRobotPolicy
 
     policy, env_pre, env_post, pre, post = parts
     config = EvalConfig(suites=suite, tasks=list(tasks), episodes=n_episodes, seed=start_seed, protocol=protocol, workers=workers,
@@ -198,7 +198,7 @@ def fastenv_run(parts: tuple, suite: str, tasks: Sequence[int], *, n_episodes: i
 
 def compare(*, suite: str, tasks: Sequence[int], n_episodes: int, n_envs: int, size: int, episode_length: int, start_seed: int,
             policies: Sequence[str], settings: Sequence[tuple], control: bool = True, batched: bool = False) -> dict[str, Any]:
-    from fastenv.eval.lerobot import (
+    from fastenv.eval.lerobot_eval import (
         LeRobotProtocol,
         fastenv_episodes,
         lerobot_episode_list,

@@ -99,7 +99,7 @@ def make_policy(spec: str, timeout: float = 120.0) -> Any:
         host, port = _host_port(spec, "vla-eval://")
         return VlaEvalPolicy(f"ws://{host}:{port}", timeout=timeout)
     if spec.startswith("lerobot:"):
-        from fastenv.eval.lerobot import LeRobotPolicy
+        from fastenv.eval.lerobot_eval import LeRobotPolicy
 
         return LeRobotPolicy.from_pretrained(spec[len("lerobot:"):])
     module_name, _, name = spec.partition(":")
@@ -219,8 +219,8 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
 def report(payload: dict[str, Any], out: str | None) -> str:
     """The table and the run's figures, as printed at the end."""
+    from fastenv.eval.lanes import describe_choice
     from fastenv.eval.runner import format_table
-    from fastenv.eval.serving import describe_choice
 
     r = payload["run"]
     lines = [format_table(payload), ""]

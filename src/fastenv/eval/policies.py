@@ -15,7 +15,7 @@ Forms:
 - ``OpenpiPolicy``: openpi's websocket policy server, through ``openpi-client``, one connection per
   worker (as openpi's own client holds one per evaluation process).
 - ``fastenv.eval.vla_eval.VlaEvalPolicy``: vla-eval's model-server protocol.
-- ``fastenv.eval.lerobot.LeRobotPolicy``: a LeRobot ``PreTrainedPolicy``.
+- ``fastenv.eval.lerobot_eval.LeRobotPolicy``: a LeRobot ``PreTrainedPolicy``.
 
 A remote policy that stops answering raises ``PolicyUnavailable`` for the requests it could not
 serve: the runner starts those episodes again (a bounded number of times) and then stops with the

@@ -5,7 +5,7 @@ those, a slot whose env holds the episode's task, so envs are rebuilt only when 
 task), collects the requests of envs that need a chunk, and calls the policy on a batch when
 ``max_batch`` are waiting, when the oldest has waited ``batch_timeout`` seconds, or when every
 running episode is waiting (no more can come). Each policy is called on a thread of its own
-(``fastenv.eval.serving``): while it computes, the workers step the envs that have their chunks,
+(``fastenv.eval.lanes``): while it computes, the workers step the envs that have their chunks,
 and with several policies (one server per GPU) worker ``w`` is served by policy ``w % P``, each
 policy batching its own workers' requests.
 
@@ -38,6 +38,7 @@ import numpy as np
 
 from fastenv.eval.config import EvalConfig
 from fastenv.eval.episodes import Episode, episode_list
+from fastenv.eval.lanes import Lane, lane_workers, share_of_cpus
 from fastenv.eval.policies import (
     BatchPolicy,
     CallablePolicy,
@@ -45,7 +46,6 @@ from fastenv.eval.policies import (
     Request,
 )
 from fastenv.eval.protocol import Protocol, check_chunk
-from fastenv.eval.serving import Lane, lane_workers, share_of_cpus
 
 __all__ = ["EvalConfig", "EvalError", "run", "summarize", "format_table"]
 

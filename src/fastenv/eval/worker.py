@@ -116,7 +116,7 @@ class OpenpiLoop:
 
 
 # The loops a Protocol names, and where each is imported from (a worker imports the one it runs).
-LOOPS = {"openpi": "fastenv.eval.worker:OpenpiLoop", "lerobot": "fastenv.eval.lerobot:LeRobotLoop"}
+LOOPS = {"openpi": "fastenv.eval.worker:OpenpiLoop", "lerobot": "fastenv.eval.lerobot_eval:LeRobotLoop"}
 
 
 def make_loop(protocol: Protocol) -> Any:

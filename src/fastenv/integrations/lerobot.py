@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from fastenv._deps import require
-from fastenv.integrations._libero_sim import Simulator as _Simulator
-from fastenv.integrations._serving import Tally, announce
+from fastenv.backends.libero.offscreen_env import Simulator as _Simulator
+from fastenv.integrations._tally import Tally, announce
 
 __all__ = ["OBSERVATION_READS", "main", "make_env", "observation_reader"]  # and LiberoEnv, built at first use where LeRobot is installed
 
@@ -331,7 +331,7 @@ def _videos_option(argv: list[str]) -> tuple[list[str], int | None]:
 
 
 def _sim_paths(sim: Any) -> dict[str, bool] | None:
-    from fastenv.integrations._libero_sim import PATHS
+    from fastenv.backends.libero.offscreen_env import PATHS
 
     return PATHS.get(id(sim))
 

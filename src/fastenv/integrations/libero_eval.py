@@ -24,9 +24,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from fastenv.integrations import _libero_sim as _sim
-from fastenv.integrations._libero_sim import Simulator
-from fastenv.integrations._serving import Tally, announce
+from fastenv.backends.libero import offscreen_env
+from fastenv.backends.libero.offscreen_env import Simulator
+from fastenv.integrations._tally import Tally, announce
 
 __all__ = ["OffScreenRenderEnv", "main", "patch"]
 
@@ -160,8 +160,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         exec(compile(source, args.path, "exec"), {"__name__": "__main__", "__file__": args.path})  # noqa: S102 (the user's script)
     finally:
         tally = Tally()
-        tally.add_images(_sim.PROCESS["stock"], _sim.PROCESS["rendered"])
-        tally.add_paths(_sim.PATHS.values())
+        tally.add_images(offscreen_env.PROCESS["stock"], offscreen_env.PROCESS["rendered"])
+        tally.add_paths(offscreen_env.PATHS.values())
         tally.say(entry)
 
 

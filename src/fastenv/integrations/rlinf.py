@@ -47,7 +47,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fastenv._deps import require
-from fastenv.integrations._serving import Tally, announce
+from fastenv.integrations._tally import Tally, announce
 
 __all__ = ["check_init_params", "check_options", "fastenv_env_cls"]  # and, built at first use where RLinf is installed: LiberoEnv, EnvWorker, AsyncEnvWorker
 

@@ -22,7 +22,8 @@ bounds it (``bound``) and why, and every trial; it saves to JSON, and
 
 A concern per module: ``space`` (the layouts), ``model`` (their predicted throughput), ``trials``
 (measuring a layout on live workers), ``search`` (``tune``, ``grid``, and ``plan_for``: the plan for
-a vector env's ``layout`` argument). Plans and their JSON are ``fastenv.vector.plan``'s: the vector
+a vector env's ``layout`` argument), ``bound`` (a policy server's rollout: the most any layout can
+do, and the layout that comes closest). Plans and their JSON are ``fastenv.vector.plan``'s: the vector
 env reads them.
 
 The vector env runs plans and does not import this package: ``plan_for`` is its default layout

@@ -6,7 +6,8 @@ kept key reads are computed, nothing else); a sub-step runs robosuite's control 
 rendering, and an observation is the one the stock step would return. A concern per module:
 ``task`` (suites and tasks), ``adapter`` (the simulator adapter), ``control`` (the fast control
 loop), ``observables`` (sensor dependencies, where the stock step samples), ``scene`` (each
-env's own randomness, resets that draw as a fresh env's).
+env's own randomness, resets that draw as a fresh env's), ``offscreen_env`` (LIBERO's
+``OffScreenRenderEnv`` calls, as evaluation loops make them, on the adapter).
 """
 
 from __future__ import annotations
@@ -111,10 +112,8 @@ def adopt(env: Any, **options: Any) -> SimEnv:
 
 
 def __getattr__(name: str) -> Any:
-    # The public entry points' home before the assembly layer (fastenv.envs): scripts that import
-    # them from here keep working; nothing inside fastenv takes this path (tests/test_layers.py).
+    # These entry points lived here before the assembly layer: an old script is told their home,
+    # which is named, not imported (fastenv.envs is the layer above).
     if name in ("make_env", "make_vec"):
-        from fastenv.envs import libero
-
-        return getattr(libero, name)
+        raise AttributeError(f"{__name__}.{name} moved to fastenv.envs.libero.{name} (from fastenv.envs.libero import {name})")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -154,10 +154,8 @@ def adopt(env: gym.Env, **options: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    # The public entry points' home before the assembly layer (fastenv.envs): scripts that import
-    # them from here keep working; nothing inside fastenv takes this path (tests/test_layers.py).
+    # These entry points lived here before the assembly layer: an old script is told their home,
+    # which is named, not imported (fastenv.envs is the layer above).
     if name in ("make_env", "make_vec", "make_cpu_env"):
-        from fastenv.envs import maniskill
-
-        return getattr(maniskill, name)
+        raise AttributeError(f"{__name__}.{name} moved to fastenv.envs.maniskill.{name} (from fastenv.envs.maniskill import {name})")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """What a framework entry point says: that fastenv serves, and at its end what it did not render."""
 
-from fastenv.integrations._serving import Tally, announce
+from fastenv.integrations._tally import Tally, announce
 
 
 def test_the_end_line_counts_what_was_not_rendered_and_names_the_paths():
