@@ -53,8 +53,8 @@ def quick_run(library, tmp_path):
 LIBRARIES = {
     "sb3": (("stable_baselines3",), "DummyVecEnv", "SB3VecEnv", "stable_baselines3", (32, 32, 32)),
     "torchrl": (("torchrl",), "SerialEnv", "GymWrapper", "torchrl", (32, 32, 32)),
-    "tianshou": (("tianshou",), "SubprocVectorEnv", "TianshouVectorEnv", "tianshou", (32, 32, 32)),
-    "pufferlib": (("pufferlib",), "pufferlib.vector.Multiprocessing", "fastenv.integrations.pufferlib.PufferVecEnv", "pufferlib-core",
+    "tianshou": (("tianshou",), "SubprocVectorEnv", "TianshouVecEnv", "tianshou", (32, 32, 32)),
+    "pufferlib": (("pufferlib",), "pufferlib.vector.Multiprocessing", "fastenv.integrations.pufferlib.PufferLibVecEnv", "pufferlib-core",
                   (30, 30, 16)),
     "skrl": (("skrl",), "SyncVectorEnv", "PipelineVectorEnv", "skrl", (30, 32, 32)),
     "sbx": (("sbx",), "DummyVecEnv", "SB3VecEnv", "sbx-rl", (32, 32, 32)),

@@ -103,7 +103,7 @@ def test_maniskills_render_fallback_message_is_said_at_most_once(tmp_path):
     maniskill_registry()
     script = tmp_path / "build.py"
     script.write_text(textwrap.dedent('''
-        from fastenv.backends import maniskill as backend
+        from fastenv.envs import maniskill as backend
         from fastenv.integrations.maniskill import make
 
         if __name__ == "__main__":
