@@ -13,13 +13,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fastenv._deps import require
 from fastenv._validation import BatchTypeError
 from fastenv.core.arrays import to_numpy
 from fastenv.core.infos import row_info
 from fastenv.integrations._vector import FINAL_KEYS, require_autoreset
 
-require("stable_baselines3", "sb3", "Stable-Baselines3")
+# stable_baselines3 is checked by the package (fastenv.integrations.sb3), which runs first
 
 from stable_baselines3.common.env_util import is_wrapped  # noqa: E402
 from stable_baselines3.common.vec_env import VecEnv  # noqa: E402
