@@ -699,7 +699,7 @@ def test_a_worker_that_ran_no_episode_is_reported_idle_not_as_zero_megabytes():
 # -- episodes spread over idle workers first ------------------------------------------------------------
 
 class _Sent:
-    """A worker's end of the pipe, in the runner's tests: what the runner sent it."""
+    """A worker's end of the pipe, in the loop's tests: what the loop sent it."""
 
     def __init__(self):
         self.sent = []
@@ -709,11 +709,11 @@ class _Sent:
 
 
 def _idle_run(episodes, workers=2, envs_per_worker=2):
-    from fastenv.eval.runner import _Run
+    from fastenv.eval.dispatch import Dispatcher
 
-    state = _Run([ProjectionPolicy()], Protocol(), list(episodes), workers=workers, envs_per_worker=envs_per_worker,
-                 max_envs=workers * envs_per_worker, max_batch=None, batch_timeout=None, hang_timeout=60, retries=0, film=set(),
-                 video_dir=None, record_actions=False, context="spawn", on_result=lambda r: None)
+    state = Dispatcher([ProjectionPolicy()], Protocol(), list(episodes), workers=workers, envs_per_worker=envs_per_worker,
+                       max_envs=workers * envs_per_worker, max_batch=None, batch_timeout=None, hang_timeout=60, retries=0,
+                       film=set(), video_dir=None, record_actions=False, context="spawn", on_result=lambda r: None)
     for w in state.workers:
         w.conn = _Sent()
     return state
