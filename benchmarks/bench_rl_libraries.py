@@ -594,11 +594,11 @@ LIBRARIES = {
     }),
     "torchrl": Library("TorchRL", "torchrl", run_torchrl, {
         "stock": "SerialEnv over GymWrapper (the PPO tutorial's GymEnv, N of them), Collector",
-        "fastenv": "fastenv.integrations.torchrl.make_vec (GymWrapper over TorchRLVecEnv), Collector",
+        "fastenv": "fastenv.integrations.torchrl.make_vec (TorchRL's GymWrapper), Collector",
     }),
     "tianshou": Library("Tianshou", "tianshou", run_tianshou, {
         "stock": "SubprocVectorEnv(share_memory=True, context='spawn') (its MuJoCo examples' SUBPROC_SHARED_MEM), Collector",
-        "fastenv": "fastenv.integrations.tianshou.make_vec (TianshouVecEnv), Collector",
+        "fastenv": "fastenv.integrations.tianshou.make_vec, Collector",
     }),
     "pufferlib": Library("PufferLib", "pufferlib", run_pufferlib, {
         "stock": "pufferlib.vector.make(backend=Multiprocessing) over GymnasiumPufferEnv, a step loop",

@@ -519,14 +519,15 @@ class ShiftedFinalObservation(gym.vector.VectorWrapper):
 
 class AlteredReward(gym.vector.VectorWrapper):
     """A deliberately wrong vector env (negative control): env ``index``'s reward at step call ``call``
-    (counted from 1 after each reset of the vector env) is off by ``by``."""
+    (counted from 1 after each reset of all the envs: a ``reset_mask`` reset does not count) is off by ``by``."""
 
     def __init__(self, env, call: int, index: int = 0, by: float = 1e-6):
         super().__init__(env)
         self.at_call, self.index, self.by, self.calls = call, index, by, 0  # (``call`` is VectorWrapper's method)
 
     def reset(self, **kwargs):
-        self.calls = 0
+        if "reset_mask" not in (kwargs.get("options") or {}):
+            self.calls = 0
         return self.env.reset(**kwargs)
 
     def step(self, actions):

@@ -12,7 +12,7 @@ from helpers import need
 # Gymnasium's vector env, or a wrapper of its own), the old names -> the new
 ADAPTERS = [
     ("sb3", "stable_baselines3", "SB3VecEnv", {"make_vec_env": "make_vec"}),
-    ("torchrl", "torchrl", "TorchRLVecEnv", {"make_env": "make_vec", "ResetOnRequest": "TorchRLVecEnv"}),
+    ("torchrl", "torchrl", None, {"make_env": "make_vec"}),  # TorchRL's GymWrapper over the DISABLED vector env
     ("tianshou", "tianshou", "TianshouVecEnv", {"make_vec_env": "make_vec", "TianshouVectorEnv": "TianshouVecEnv"}),
     ("pufferlib", "pufferlib", "PufferLibVecEnv", {"make": "make_vec", "PufferVecEnv": "PufferLibVecEnv"}),
     ("rl_games", "rl_games", "RlGamesVecEnv", {}),

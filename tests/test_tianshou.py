@@ -30,6 +30,8 @@ from torch.distributions import Independent, Normal  # noqa: E402
 from fastenv.integrations.tianshou import TianshouVecEnv  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
+DISABLED = gym.vector.AutoresetMode.DISABLED
+
 
 def plain(value):
     """A Tianshou ``Batch`` (nested) as plain dicts, for ``assert_identical``."""
@@ -93,7 +95,7 @@ def reference():
 
 
 def test_the_collector_gathers_what_it_gathers_on_tianshous_dummy_vector_env(reference):
-    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2))
+    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2, autoreset_mode=DISABLED))
     try:
         ours = collect(venv, PLAN)
     finally:
@@ -105,19 +107,28 @@ def test_the_collector_gathers_what_it_gathers_on_tianshous_dummy_vector_env(ref
 
 
 class ShiftedFinal(TianshouVecEnv):
-    """The negative control: an ended env's step returns its next episode's first observation."""
+    """The negative control: an ended env's step returns the observation before its final one."""
+
+    def reset(self, env_id=None, **kwargs):
+        obs, info = super().reset(env_id, **kwargs)
+        self.last = getattr(self, "last", {})
+        for pos, i in enumerate(self._wrap_id(env_id)):
+            self.last[int(i)] = obs[pos]
+        return obs, info
 
     def step(self, action, id=None):
-        obs, *rest = super().step(action, id)
-        ids = list(range(self.env_num)) if id is None else list(id)
-        for pos, i in enumerate(ids):
-            if i in self._autoreset:
-                obs[pos] = self._autoreset[i][0]
-        return (obs, *rest)
+        obs, rewards, terminations, truncations, info = super().step(action, id)
+        obs = obs.copy()
+        for pos, i in enumerate(list(range(self.env_num)) if id is None else [int(i) for i in id]):
+            current = obs[pos].copy()
+            if terminations[pos] or truncations[pos]:
+                obs[pos] = self.last[i]
+            self.last[i] = current
+        return obs, rewards, terminations, truncations, info
 
 
 def test_a_shifted_final_observation_is_caught(reference):
-    venv = ShiftedFinal(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2))
+    venv = ShiftedFinal(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2, autoreset_mode=DISABLED))
     try:
         ours = collect(venv, PLAN)
     finally:
@@ -127,7 +138,7 @@ def test_a_shifted_final_observation_is_caught(reference):
 
 
 def test_an_ended_env_is_reset_before_it_steps_again_and_seeded_resets_match():
-    venv = TianshouVecEnv(PipelineVectorEnv([functools.partial(RandomLengthEnv, max_len=1)] * 2, num_workers=1))
+    venv = TianshouVecEnv(PipelineVectorEnv([functools.partial(RandomLengthEnv, max_len=1)] * 2, num_workers=1, autoreset_mode=DISABLED))
     ref = DummyVectorEnv([functools.partial(RandomLengthEnv, max_len=1)] * 2)
     try:
         for v in (venv, ref):
@@ -135,12 +146,13 @@ def test_an_ended_env_is_reset_before_it_steps_again_and_seeded_resets_match():
         actions = np.zeros((2, 3), np.float32)
         out, ref_out = venv.step(actions), ref.step(actions)  # every episode is 1 step long
         assert_identical(out, ref_out, "step", loose_scalars=True)
-        with pytest.raises(RuntimeError, match=r"envs \[0, 1\] ended their episodes and were not reset"):
+        with pytest.raises(RuntimeError, match=r"envs \[0, 1\] ended their episodes .* must be reset before they step again"):
             venv.step(actions)
-        with pytest.raises(ValueError, match=r"envs \[1\] were already reset .* pass a seed with the options"):
-            venv.reset(env_id=[1], options={"x": 1})
-        # A seeded reset of an ended env starts the episode the seed gives, as Tianshou's own does
-        # (the same seed for every env reset); the unseeded one gets the autoreset.
+        # A reset of an ended env, with options, with a seed (the same seed for every env reset) or
+        # with neither, starts the episode Tianshou's own vector env starts.
+        assert_identical(venv.reset(env_id=[1], options={"x": 1}), ref.reset(env_id=[1], options={"x": 1}), "reset with options",
+                         loose_scalars=True)
+        assert_identical(venv.step(actions[1:], id=[1]), ref.step(actions[1:], id=[1]), "its step", loose_scalars=True)
         assert_identical(venv.reset(env_id=[1], seed=9), ref.reset(env_id=[1], seed=9), "seeded reset", loose_scalars=True)
         assert_identical(venv.reset(env_id=0), ref.reset(env_id=0), "reset", loose_scalars=True)
         assert_identical(venv.step(actions[:1], id=[1]), ref.step(actions[:1], id=[1]), "one env's step", loose_scalars=True)
@@ -150,7 +162,7 @@ def test_an_ended_env_is_reset_before_it_steps_again_and_seeded_resets_match():
 
 
 def test_attributes_reach_the_envs_as_tianshous_workers_read_them():
-    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1))
+    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 2, num_workers=1, autoreset_mode=DISABLED))
     try:
         assert venv.get_env_attr("max_len") == [12, 12]
         venv.set_env_attr("max_len", 4, id=[1])
@@ -228,7 +240,7 @@ def _stock_tianshou(chunk):
 def _fastenv_tianshou(chunk, alter=None):
     from stock_libero import fastenv_options
 
-    vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))
+    vector = gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, autoreset_mode=DISABLED, **fastenv_options(chunk))
     return _train(TianshouVecEnv(vector if alter is None else alter(vector)), chunk)
 
 

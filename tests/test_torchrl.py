@@ -5,8 +5,8 @@ On random-length episodes the reference is TorchRL's default vectorization of si
 which resets each env itself when its episode ends. On LIBERO it is ``ParallelEnv`` over LIBERO's
 own env (``tests/stock_libero.py``), each in a process of its own, at chunk 1 and chunk 8 (the
 reference chunk loop). Negative controls: a shifted final observation, one LIBERO reward altered.
-fastenv's vector env reaches TorchRL through ``fastenv.integrations.torchrl`` (``TorchRLVecEnv``:
-TorchRL's ``DISABLED`` autoreset mode).
+fastenv's vector env reaches TorchRL through ``fastenv.integrations.torchrl``: its own ``DISABLED``
+autoreset mode, TorchRL's ``GymWrapper`` over it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from helpers import need  # noqa: I001  (first: a missing module skips, or fails
 need("torchrl")
 
 # First: TorchRL's imports load MuJoCo, and fastenv chooses its GL platform before that.
-from fastenv.integrations.torchrl import TorchRLVecEnv, make_vec, wrap  # noqa: I001
+import fastenv.integrations.torchrl as adapter  # noqa: I001
+from fastenv.integrations.torchrl import make_vec, wrap  # noqa: I001
 
 import torch  # noqa: E402
 from fakes import RandomLengthEnv, ShiftedFinalObservation  # noqa: E402
@@ -31,10 +32,10 @@ from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import Compose, GymWrapper, ParallelEnv, RewardSum, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 
 import fastenv  # noqa: E402
-from fastenv.core.arrays import get_row  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 CHUNK, SEED, N = 3, 11, 4
+DISABLED = gym.vector.AutoresetMode.DISABLED
 
 
 def chunked_random_env() -> gym.Env:
@@ -81,7 +82,7 @@ def stock_data():
 
 
 def _fastenv_data(shift: bool = False):
-    venv = PipelineVectorEnv([chunked_random_env] * N, num_workers=2)
+    venv = PipelineVectorEnv([chunked_random_env] * N, num_workers=2, autoreset_mode=DISABLED)
     venv.reset(seed=SEED)
     try:
         return collect(with_stats(wrap(ShiftedFinalObservation(venv) if shift else venv)), 32, 2)
@@ -116,52 +117,22 @@ def test_a_shifted_final_observation_is_caught(stock_data):
                 assert_same(got[key], want[key], key)
 
 
-def test_stepping_an_env_that_ended_before_resetting_it_is_refused():
-    venv = TorchRLVecEnv(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1))
+def test_only_a_disabled_vector_env_is_taken():
+    envs = PipelineVectorEnv([chunked_random_env] * 2, num_workers=1)  # SAME_STEP, fastenv's default
     try:
-        obs, _ = venv.reset(seed=0)
-        action = np.zeros((2, CHUNK, 3), np.float32)
-        for _ in range(5):
-            obs, _, terminated, truncated, infos = venv.step(action)
-            if (terminated | truncated).any():
-                break
-        ended = terminated | truncated
-        assert ended.any() and "final_obs" not in infos  # DISABLED: the step's own observation and info
-        with pytest.raises(RuntimeError, match=r"ended in the last step: reset them"):
-            venv.step(action)
-        options = {"reset_mask": ended}
-        reset_obs, reset_infos = venv.reset(options=options)
-        assert "reset_mask" in options  # the caller's options stay as they were
-        assert set(np.flatnonzero(reset_infos["_length"])) == set(np.flatnonzero(ended))
-        assert (reset_obs["t"][ended] == 0).all()
-        assert_same(reset_obs["x"][~ended], obs["x"][~ended])  # the others keep their observation
-        venv.step(action)  # all reset: stepping goes on
+        with pytest.raises(ValueError, match=r"needs a vector env with DISABLED autoreset \(TorchRL resets the envs that ended "
+                                             r"itself.*got autoreset_mode=AutoresetMode.SAME_STEP.*autoreset_mode='Disabled'"):
+            wrap(envs)
     finally:
-        venv.close()
+        envs.close()
+    with pytest.raises(ValueError, match=r"needs DISABLED autoreset .*got autoreset_mode='SameStep': leave it out"):
+        make_vec("fastenv/Libero-v0", 2, autoreset_mode="SameStep")
 
 
-def test_a_reset_with_a_seed_resets_again_as_a_single_env_would():
-    venv = TorchRLVecEnv(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1))
-    try:
-        venv.reset(seed=0)
-        while True:
-            _, _, terminated, truncated, _ = venv.step(np.zeros((2, CHUNK, 3), np.float32))
-            if (terminated | truncated).any():
-                break
-        ended = terminated | truncated
-        i = int(np.flatnonzero(ended)[0])
-        obs, infos = venv.reset(seed=[5 if e else None for e in ended], options={"reset_mask": ended})
-        want_obs, want_info = chunked_random_env().reset(seed=5)
-        assert_same(get_row(obs, i), want_obs)
-        assert infos["length"][i] == want_info["length"]
-    finally:
-        venv.close()
-
-
-def test_only_a_same_step_vector_env_is_taken():
-    envs = gym.vector.SyncVectorEnv([RandomLengthEnv], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-    with pytest.raises(ValueError, match="needs a vector env with SAME_STEP autoreset .*got autoreset_mode=AutoresetMode.NEXT_STEP"):
-        TorchRLVecEnv(envs)
+@pytest.mark.parametrize("name", ["TorchRLVecEnv", "ResetOnRequest"])
+def test_the_wrapper_that_held_resets_says_what_replaces_it(name):
+    with pytest.raises(AttributeError, match=r"is gone: fastenv's vector env waits for TorchRL's reset itself.*make_vec"):
+        getattr(adapter, name)
 
 
 # -- the same data as TorchRL on LIBERO's own env ------------------------------------------------
@@ -216,7 +187,8 @@ def _fastenv_torchrl(chunk: int, alter=None) -> list[dict[str, np.ndarray]]:
     if alter is None:
         env = make_vec("fastenv/Libero-v0", 2, num_workers=2, **fastenv_options(chunk))
     else:  # the deliberately wrong vector env below TorchRL's adapter
-        env = wrap(alter(gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, **fastenv_options(chunk))))
+        env = wrap(alter(gym.make_vec("fastenv/Libero-v0", num_envs=2, num_workers=2, autoreset_mode=DISABLED,
+                                 **fastenv_options(chunk))))
     env.set_seed(LIBERO_SEED)  # TorchRL seeds a vector env as reset(seed=LIBERO_SEED): env i gets LIBERO_SEED + i
     try:
         return _collect_libero(env, chunk)

@@ -2,7 +2,7 @@
 ``test/base/test_collector.py``), checked on ``fastenv.integrations.tianshou.TianshouVecEnv``.
 
 Each test names the Tianshou test whose contract it checks. The env under test is
-``TianshouVecEnv(PipelineVectorEnv(...))`` over the small envs below (written for these tests,
+``TianshouVecEnv(PipelineVectorEnv(..., autoreset_mode=DISABLED))`` over the small envs below (written for these tests,
 in the spirit of Tianshou's test envs) and CartPole; the reference for every data comparison is
 Tianshou's ``DummyVectorEnv`` over the same constructors and seeds: observations, rewards and
 flags bit for bit, infos by value (a Python scalar may come back as a numpy scalar).
@@ -43,13 +43,15 @@ from tianshou.env import DummyVectorEnv, VectorEnvNormObs  # noqa: E402
 from fastenv.integrations.tianshou import TianshouVecEnv  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
+DISABLED = gym.vector.AutoresetMode.DISABLED
+
 
 def fns(sizes, nested=False):
     return [functools.partial(WalkEnv, size, nested) for size in sizes]
 
 
 def pair(env_fns, num_workers=2):
-    return TianshouVecEnv(PipelineVectorEnv(env_fns, num_workers=num_workers)), DummyVectorEnv(env_fns)
+    return TianshouVecEnv(PipelineVectorEnv(env_fns, num_workers=num_workers, autoreset_mode=DISABLED)), DummyVectorEnv(env_fns)
 
 
 @pytest.mark.parametrize("nested", [False, True], ids=["array", "dict-with-tuple"])
@@ -86,7 +88,7 @@ def test_vecenv_steps_and_resets_of_ended_envs_match_dummy_vector_env(nested):
 
 def test_attr_unwrapped_set_on_the_unwrapped_env():
     # test_attr_unwrapped: set_env_attr reaches env.unwrapped, under the env's wrappers.
-    ours = TianshouVecEnv(PipelineVectorEnv([lambda: gym.make("CartPole-v1")], num_workers=1))
+    ours = TianshouVecEnv(PipelineVectorEnv([lambda: gym.make("CartPole-v1")], num_workers=1, autoreset_mode=DISABLED))
     try:
         ours.set_env_attr("test_attribute", 1337)
         assert ours.get_env_attr("test_attribute") == [1337]
@@ -113,7 +115,7 @@ def test_venv_norm_obs_over_fastenv_equals_it_over_dummy_vector_env():
     # reset gives (array, array of dicts), and the normalized observations and running statistics
     # are those over DummyVectorEnv.
     sizes = [5, 10, 15, 20]
-    ours = VectorEnvNormObs(TianshouVecEnv(PipelineVectorEnv(fns(sizes), num_workers=2)))
+    ours = VectorEnvNormObs(TianshouVecEnv(PipelineVectorEnv(fns(sizes), num_workers=2, autoreset_mode=DISABLED)))
     ref = VectorEnvNormObs(DummyVectorEnv(fns(sizes)))
     try:
         obs, info = ours.reset()

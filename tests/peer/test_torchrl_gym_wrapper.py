@@ -1,7 +1,7 @@
 """TorchRL's contract for Gymnasium vector envs (its test/libs/test_gym.py: ``check_env_specs`` and the
 vector-env tests), checked on fastenv's vector env through ``fastenv.integrations.torchrl``.
 
-The env under test is ``GymWrapper(ResetOnRequest(PipelineVectorEnv(...)))`` (what
+The env under test is ``GymWrapper(PipelineVectorEnv(..., autoreset_mode=DISABLED))`` (what
 ``fastenv.integrations.torchrl.wrap`` builds) over small envs; the reference, where one is
 compared, is TorchRL over Gymnasium's own ``SyncVectorEnv`` in the ``DISABLED`` autoreset mode
 over the same env constructors and seeds. Each test names the TorchRL test whose contract it checks.
@@ -31,7 +31,7 @@ import pytest
 from helpers import need
 need("torchrl")
 
-from fastenv.integrations.torchrl import ResetOnRequest, wrap  # noqa: I001  (before TorchRL: MUJOCO_GL)
+from fastenv.integrations.torchrl import wrap  # noqa: I001  (before TorchRL: MUJOCO_GL)
 
 import torch  # noqa: E402
 from fakes import CountdownEnv, RandomLengthEnv  # noqa: E402
@@ -44,6 +44,7 @@ import fastenv  # noqa: E402
 from fastenv.vector import PipelineVectorEnv  # noqa: E402
 
 N = 4
+DISABLED = gym.vector.AutoresetMode.DISABLED
 
 
 def chunked_random_env() -> gym.Env:
@@ -55,14 +56,14 @@ countdown = functools.partial(CountdownEnv, 4)  # observation: steps since reset
 
 @pytest.fixture(scope="module")
 def random_env():
-    env = wrap(PipelineVectorEnv([chunked_random_env] * N, num_workers=2))
+    env = wrap(PipelineVectorEnv([chunked_random_env] * N, num_workers=2, autoreset_mode=DISABLED))
     yield env
     env.close()
 
 
 @pytest.fixture(scope="module")
 def countdown_env():
-    env = wrap(PipelineVectorEnv([countdown] * N, num_workers=2))
+    env = wrap(PipelineVectorEnv([countdown] * N, num_workers=2, autoreset_mode=DISABLED))
     yield env
     env.close()
 
@@ -90,7 +91,7 @@ def test_vecenvs_nan_no_missing_next_observation(random_env):
     rollout = random_env.rollout(40, break_when_any_done=False)
     assert rollout["next", "done"].sum() >= N
     assert torch.isfinite(rollout["x"]).all() and torch.isfinite(rollout["next", "x"]).all()
-    env = wrap(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1))  # its own: a collector closes its env when done
+    env = wrap(PipelineVectorEnv([chunked_random_env] * 2, num_workers=1, autoreset_mode=DISABLED))  # its own: a collector closes its env when done
     collector = Collector(env, RandomPolicy(env.action_spec), frames_per_batch=40, total_frames=80)
     for batch in collector:
         assert batch["next", "done"].any()
@@ -160,8 +161,6 @@ def test_set_seed_gives_the_same_rollout_again(random_env):
     assert_same_td(rollouts[0], rollouts[1])
 
 
-def test_the_wrapper_is_in_torchrls_preferred_autoreset_mode():
-    # TorchRL's GymWrapper takes SAME_STEP or DISABLED (which it prefers); ResetOnRequest says DISABLED.
-    venv = ResetOnRequest(gym.vector.SyncVectorEnv([countdown] * 2, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
-    assert venv.autoreset_mode == venv.metadata["autoreset_mode"] == gym.vector.AutoresetMode.DISABLED
-    venv.close()
+def test_the_wrapper_is_in_torchrls_preferred_autoreset_mode(random_env):
+    # TorchRL's GymWrapper takes SAME_STEP or DISABLED (which it prefers): fastenv's env comes in DISABLED.
+    assert random_env._env.metadata["autoreset_mode"] == DISABLED

@@ -1,22 +1,19 @@
-"""Tianshou: a fastenv (or any SAME_STEP Gymnasium) vector env as a Tianshou ``BaseVectorEnv``.
+"""Tianshou: a fastenv vector env as a Tianshou ``BaseVectorEnv``.
 
 Tianshou's ``Collector`` steps the envs it is collecting from (``step(action, id)``), sees which
 episodes ended, stores the step's observation as ``obs_next`` (the final observation, from which
-a truncated episode bootstraps) and then resets the ended envs itself (``reset(env_id)``). fastenv's
-vector env resets an ended env in the same step and hands the final observation on in
-``infos["final_obs"]``. ``TianshouVecEnv`` gives the Collector what Tianshou's own vector envs
-give it: the final observation and the step's own info as the step's result, and the autoreset's
-observation and info as the answer to the ``reset(env_id)`` that follows. What the Collector
+a truncated episode bootstraps) and then resets the ended envs itself (``reset(env_id)``). That is
+Gymnasium's ``DISABLED`` autoreset mode, which fastenv's vector env has of its own: an ended env
+returns its final observation as the step's and waits for the caller's reset (a step sent to it
+before is refused). ``TianshouVecEnv`` takes a vector env in that mode and speaks Tianshou's
+vector-env API over it (env ids, one seed per env, attributes, numpy batches). What the Collector
 gathers is then what it gathers on ``DummyVectorEnv`` over the same envs and seeds, and on LIBERO
 what it gathers (PPO's updates included) on ``SubprocVectorEnv`` over LIBERO's own env, chunk 1 and
 chunk 8 (``tests/test_tianshou.py``; not ``DummyVectorEnv`` there: stock LIBERO envs in one process
 draw each other's scenes)::
 
-    envs = TianshouVecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=8, flatten=True))
+    envs = fastenv.integrations.tianshou.make_vec("fastenv/Libero-v0", 8, flatten=True)
     collector = Collector(algorithm, envs, VectorReplayBuffer(4096, len(envs)))
-
-An ended env must be reset before it is stepped again (Tianshou's Collector always does): its
-next episode has already begun in the worker, so stepping the old one would mix two episodes.
 
 Importing this module needs ``pip install -e ".[tianshou]"``.
 """
@@ -33,13 +30,15 @@ from fastenv._deps import require
 from fastenv.core.arrays import get_row, stack_rows, to_numpy
 from fastenv.core.infos import add_info, row_info
 from fastenv.integrations._vector import (
+    make_vector_env,
     per_env_seeds,
     renamed,
     require_autoreset,
-    split_same_step,
 )
 
 require("tianshou", "tianshou", "Tianshou")
+
+WHY = "Tianshou's Collector resets the envs that ended itself, through reset(env_id)"
 
 from tianshou.env import BaseVectorEnv  # noqa: E402
 
@@ -63,26 +62,24 @@ def _stack(items: list[Any]) -> np.ndarray:
 
 
 class TianshouVecEnv(BaseVectorEnv):
-    """A Gymnasium vector env with SAME_STEP autoreset (e.g. ``PipelineVectorEnv``) as a Tianshou
-    ``BaseVectorEnv``.
+    """A Gymnasium vector env with DISABLED autoreset (fastenv's ``PipelineVectorEnv`` made with
+    ``autoreset_mode=DISABLED``) as a Tianshou ``BaseVectorEnv``.
 
     ``step(action, id)`` steps the envs ``id`` (a subset through ``send(env_ids=...)``/``recv``);
-    an env whose episode ended returns its final observation and the step's info, and its
-    autoreset waits for the ``reset(env_id)`` Tianshou's Collector sends next. A ``reset`` without
-    arguments of such an env returns the waiting autoreset (what a seedless reset would have
-    given); one with a ``seed`` resets it again. ``seed(s)`` seeds env i and its action space with
-    ``s + i``, as Tianshou's ``DummyVectorEnv`` does. Tensors (ManiSkill on GPU) come out as numpy.
+    an env whose episode ended returns its final observation and the step's info, and waits for
+    the ``reset(env_id)`` Tianshou's Collector sends next. ``seed(s)`` seeds env i and its action
+    space with ``s + i``, as Tianshou's ``DummyVectorEnv`` does. Tensors (ManiSkill on GPU) come out
+    as numpy.
 
     Args:
         vector_env: the vector env; it is closed with this one.
 
     Examples:
-        >>> envs = TianshouVecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, flatten=True))
+        >>> envs = TianshouVecEnv(gym.make_vec("fastenv/Libero-v0", num_envs=4, flatten=True, autoreset_mode="Disabled"))
     """
 
     def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
-        require_autoreset(vector_env, gym.vector.AutoresetMode.SAME_STEP, "TianshouVecEnv",
-                          "it holds an ended env's reset until the Collector's reset(env_id)")
+        require_autoreset(vector_env, gym.vector.AutoresetMode.DISABLED, "TianshouVecEnv", WHY)
         # BaseVectorEnv.__init__ builds one worker per env; here the vector env holds the envs.
         self.vector_env = vector_env
         self.env_num = vector_env.num_envs
@@ -94,7 +91,6 @@ class TianshouVecEnv(BaseVectorEnv):
         self.is_closed = False
         self._action_spaces = [copy.deepcopy(vector_env.single_action_space) for _ in range(self.env_num)]
         self._observation_spaces = [copy.deepcopy(vector_env.single_observation_space) for _ in range(self.env_num)]
-        self._autoreset: dict[int, tuple[Any, dict[str, Any]]] = {}  # env -> (obs, info) of its waiting reset
 
     # -- attributes -----------------------------------------------------------------------------
     def get_env_attr(self, key: str, id: int | list[int] | np.ndarray | None = None) -> list[Any]:
@@ -127,7 +123,6 @@ class TianshouVecEnv(BaseVectorEnv):
         for space, s in zip(self._action_spaces, seeds):
             space.seed(s)
         self.vector_env.reset(seed=seeds)
-        self._autoreset.clear()
         return [[s] for s in seeds]  # type: ignore[misc]
 
     def reset(self, env_id: int | list[int] | np.ndarray | None = None, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -139,27 +134,14 @@ class TianshouVecEnv(BaseVectorEnv):
         if unknown:
             raise TypeError(f"reset() takes env_id, seed and options, got {sorted(unknown)}")
         seed, options = kwargs.get("seed"), kwargs.get("options")
-        waiting = [i for i in ids if i in self._autoreset]
-        if seed is None and options is not None and waiting:
-            raise ValueError(
-                f"envs {waiting} were already reset by the vector env's same-step autoreset, without options; "
-                "a seedless reset with options now would start a different episode than Tianshou's own vector "
-                "envs start: pass a seed with the options"
-            )
-        served = {i: self._autoreset.pop(i) for i in waiting} if seed is None else {}
-        fresh = [i for i in ids if i not in served]
-        if fresh:
-            mask = np.zeros(self.env_num, dtype=bool)
-            mask[fresh] = True
-            obs, infos = self.vector_env.reset(seed=[seed if m else None for m in mask], options={**(options or {}), "reset_mask": mask})
-            obs, infos = to_numpy(obs), to_numpy(infos)
-            for i in fresh:
-                self._autoreset.pop(i, None)
-                served[i] = (get_row(obs, i), row_info(infos, i))
-        obs_list = [served[i][0] for i in ids]
+        mask = np.zeros(self.env_num, dtype=bool)
+        mask[ids] = True
+        obs, infos = self.vector_env.reset(seed=[seed if m else None for m in mask], options={**(options or {}), "reset_mask": mask})
+        obs, infos = to_numpy(obs), to_numpy(infos)
+        obs_list = [get_row(obs, i) for i in ids]
         if isinstance(obs_list[0], tuple):
             raise TypeError("Tianshou's vector envs take no Tuple observation space: use an array or a Dict space")
-        return _stack(obs_list), np.array([served[i][1] for i in ids])
+        return _stack(obs_list), np.array([row_info(infos, i) for i in ids])
 
     def step(self, action: Any, id: int | list[int] | np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """Step the envs ``id`` (all: None) with one action each, in that order."""
@@ -169,25 +151,13 @@ class TianshouVecEnv(BaseVectorEnv):
             raise ValueError("action must be not-None for non-async")
         if len(action) != len(ids):
             raise ValueError(f"step() needs one action per env of id ({len(ids)}), got {len(action)}")
-        ended = [i for i in ids if i in self._autoreset]
-        if ended:
-            raise RuntimeError(
-                f"envs {ended} ended their episodes and were not reset: their next episodes have begun in the "
-                f"vector env, so stepping them would mix two episodes. Call reset(env_id={ended}) first "
-                "(Tianshou's Collector does)"
-            )
         results = to_numpy(self._step(action, ids))
         obs, rewards, terminations, truncations, infos = results
         obs_list, info_list = [], []
         for pos, i in enumerate(ids):
             info = row_info(infos, pos)
             info.pop("env_ids", None)
-            if terminations[pos] or truncations[pos]:
-                reset_info, final_obs, info = split_same_step(info)
-                self._autoreset[i] = (get_row(obs, pos), reset_info)
-                obs_list.append(final_obs)
-            else:
-                obs_list.append(get_row(obs, pos))
+            obs_list.append(get_row(obs, pos))
             info["env_id"] = i
             info_list.append(info)
         return (
@@ -229,12 +199,12 @@ class TianshouVecEnv(BaseVectorEnv):
 
 
 def make_vec(env_id: str, num_envs: int, **kwargs: Any) -> TianshouVecEnv:
-    """``gym.make_vec(env_id, num_envs, **kwargs)`` as a Tianshou vector env.
+    """``gym.make_vec(env_id, num_envs, autoreset_mode=DISABLED, **kwargs)`` as a Tianshou vector env.
 
     Examples:
         >>> envs = make_vec("fastenv/Libero-v0", 4, num_workers=2, flatten=True, camera_size=64)
     """
-    return TianshouVecEnv(gym.make_vec(env_id, num_envs=num_envs, **kwargs))
+    return TianshouVecEnv(make_vector_env(env_id, num_envs, gym.vector.AutoresetMode.DISABLED, "fastenv.integrations.tianshou", WHY, **kwargs))
 
 
 __all__ = ["TianshouVecEnv", "make_vec"]
