@@ -8,7 +8,9 @@ that:
 - ``<!-- snippet: raises <ExceptionName> -->``: must exit non-zero with that name in stderr.
 
 A block that mentions LIBERO or ManiSkill carries the ``libero`` or ``maniskill`` marker, so a
-missing simulator skips it locally and fails it in CI (``conftest.py``). A block that imports an
+missing simulator skips it locally and fails it in CI (``conftest.py``). Under CI such a block of
+``docs/`` runs on a share of the commits (8 of them a commit, drawn by the commit), unless the
+commit changed its page; README's always run, and ``FASTENV_CI_FULL=1`` runs them all. A block that imports an
 optional library that is not installed (Ray, Stable-Baselines3, torch...) is skipped, as the
 library's own tests are.
 
@@ -107,12 +109,36 @@ def snippets() -> list[Snippet]:
     return found
 
 
+def changed_pages() -> set[str] | None:
+    """The pages the checked-out commit changed (``git diff`` against its parent); None where git
+    cannot say (no parent, no git)."""
+    try:
+        out = subprocess.run(["git", "diff", "--name-only", "HEAD~1", "HEAD", "--", "README.md", "docs"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(out.stdout.split()) if out.returncode == 0 else None
+
+
+CHANGED = changed_pages() if os.environ.get("CI") else None
+# Under CI, a simulator snippet of docs/ runs on a share of the commits (``ci_sample``, drawn by the
+# commit; FASTENV_CI_FULL=1 runs them all), unless its page changed in the commit: each one builds
+# envs in worker processes (tens of seconds on 2 cores). The README's run on every commit.
+DOCS_SAMPLE = pytest.mark.ci_sample("a simulator snippet of a docs page the commit did not change", keep=8)
+
+
 def marks_for(snippet: Snippet) -> list:
     marks = []
+    on_simulator = False
     if re.search(r"libero", snippet.code, re.IGNORECASE):
         marks.append(pytest.mark.libero)
+        on_simulator = True
     if re.search(r"maniskill|mani_skill", snippet.code, re.IGNORECASE):
         marks.append(pytest.mark.maniskill)
+        on_simulator = True
+    page = snippet.path.relative_to(ROOT).as_posix()
+    if on_simulator and page != "README.md" and snippet.directive != "skip" and page not in (CHANGED or ()):
+        marks.append(DOCS_SAMPLE)
     if re.search(r"\bray\b", snippet.code):
         marks.append(pytest.mark.xdist_group("ray"))  # in the test process of tests/test_ray.py: one local cluster at a time
     return marks
