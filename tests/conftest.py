@@ -102,25 +102,29 @@ def pytest_collection_finish(session):
         start_stack_build(RLINF_STACK, "rlinf")
 
 
-_DURATIONS: dict[str, list[float]] = {}
+_DURATIONS: dict[str, float] = {}  # test id -> its time, setup to teardown
 
 
 def pytest_runtest_logreport(report):
-    """Each test file's time, setup to teardown (in the main process under xdist: the reports arrive there)."""
-    _DURATIONS.setdefault(report.nodeid.split("::")[0], []).append(report.duration)
+    """Each test's time, setup to teardown (in the main process under xdist: the reports arrive there)."""
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_unconfigure(config):
-    """Under CI, the files that took the most test time, printed last (after pytest's own closing line,
-    where a log's tail keeps it): where the suite's time goes, commit by commit."""
+    """Under CI, the files and the tests that took the most test time, printed last (after pytest's
+    own closing line, where a log's tail keeps it): where the suite's time goes, commit by commit."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if not os.environ.get("CI") or hasattr(config, "workerinput") or reporter is None or not _DURATIONS:
         return
-    total = sum(map(sum, _DURATIONS.values()))
-    top = sorted(_DURATIONS.items(), key=lambda kv: -sum(kv[1]))[:12]
-    reporter.write_line(f"test time by file ({total:.0f} s in all, over the test processes):")
-    for path, times in top:
-        reporter.write_line(f"  {sum(times):7.0f} s  {path}")
+    by_file: dict[str, float] = {}
+    for nodeid, seconds in _DURATIONS.items():
+        by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + seconds
+    reporter.write_line(f"test time by file ({sum(by_file.values()):.0f} s in all, over the test processes):")
+    for path, seconds in sorted(by_file.items(), key=lambda kv: -kv[1])[:20]:
+        reporter.write_line(f"  {seconds:7.0f} s  {path}")
+    reporter.write_line("the slowest tests:")
+    for nodeid, seconds in sorted(_DURATIONS.items(), key=lambda kv: -kv[1])[:30]:
+        reporter.write_line(f"  {seconds:7.0f} s  {nodeid}")
 
 
 def pytest_runtest_setup(item):

@@ -171,6 +171,7 @@ def _rollout_pair(suite, task_id, steps, seed=3):
     return compiled, python, actions
 
 
+@pytest.mark.ci_sample("the compiled physics steps against the Python loop, one task a suite", keep=2)
 @pytest.mark.parametrize("suite,task_id", [("libero_spatial", 3), ("libero_object", 5), ("libero_goal", 7), ("libero_90", 35)])
 def test_the_compiled_physics_steps_are_the_python_loops_on_every_suite(suite, task_id):
     # fastenv's physics steps after an env step's first run in one numba function (MuJoCo's and
