@@ -94,8 +94,9 @@ def reference():
     return collect(DummyVectorEnv([RandomLengthEnv] * 4), PLAN)
 
 
-def test_the_collector_gathers_what_it_gathers_on_tianshous_dummy_vector_env(reference):
-    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=2, autoreset_mode=DISABLED))
+@pytest.mark.parametrize("workers", [1, 2, 4])  # the layout must not change the data
+def test_the_collector_gathers_what_it_gathers_on_tianshous_dummy_vector_env(reference, workers):
+    venv = TianshouVecEnv(PipelineVectorEnv([RandomLengthEnv] * 4, num_workers=workers, autoreset_mode=DISABLED))
     try:
         ours = collect(venv, PLAN)
     finally:

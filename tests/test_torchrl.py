@@ -81,8 +81,8 @@ def stock_data():
     return collect(with_stats(stock(chunked_random_env, N, SEED)), 32, 2)
 
 
-def _fastenv_data(shift: bool = False):
-    venv = PipelineVectorEnv([chunked_random_env] * N, num_workers=2, autoreset_mode=DISABLED)
+def _fastenv_data(shift: bool = False, workers: int = 2):
+    venv = PipelineVectorEnv([chunked_random_env] * N, num_workers=workers, autoreset_mode=DISABLED)
     venv.reset(seed=SEED)
     try:
         return collect(with_stats(wrap(ShiftedFinalObservation(venv) if shift else venv)), 32, 2)
@@ -90,8 +90,9 @@ def _fastenv_data(shift: bool = False):
         venv.close()
 
 
-def test_a_collector_gathers_on_fastenv_what_it_gathers_on_torchrls_serial_env(stock_data):
-    ours = _fastenv_data()
+@pytest.mark.parametrize("workers", [1, 2, 4])  # the layout must not change the data
+def test_a_collector_gathers_on_fastenv_what_it_gathers_on_torchrls_serial_env(stock_data, workers):
+    ours = _fastenv_data(workers=workers)
     assert len(ours) == len(stock_data) == 2
     for got, want in zip(ours, stock_data):
         assert sorted(got) == sorted(want)

@@ -1,6 +1,6 @@
 """What the RL library adapters share, written once: the autoreset mode each needs (and the error
-when a vector env has another), a SAME_STEP step's info taken apart for an env that ended, and
-per-env seeds as Gymnasium's vector envs take them.
+when a vector env has another), the keys of an ended env's SAME_STEP info that are not its
+reset's, and per-env seeds as Gymnasium's vector envs take them.
 
 Each ``fastenv.integrations.<library>`` offers ``make_vec(env_id, num_envs, **kwargs)`` and, where
 the library takes an object of its own, a ``<Library>VecEnv`` over a Gymnasium vector env.
@@ -41,13 +41,6 @@ def make_vector_env(env_id: str, num_envs: int, mode: AutoresetMode, adapter: st
     if AutoresetMode(given) is not mode:
         raise ValueError(f"{adapter} needs {mode.name} autoreset ({why}), got autoreset_mode={given!r}: leave it out")
     return gym.make_vec(env_id, num_envs=int(num_envs), autoreset_mode=mode, **kwargs)
-
-
-def split_same_step(info: Mapping[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any]]:
-    """An ended env's row of a SAME_STEP step's info: its reset's info, its final observation, and
-    the step's own info (``final_info``)."""
-    reset = {key: value for key, value in info.items() if key not in FINAL_KEYS}
-    return reset, info["final_obs"], dict(info.get("final_info", {}))
 
 
 def per_env_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None]:
